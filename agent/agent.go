@@ -1,0 +1,348 @@
+// Package agent is the node agent's logic: it turns lifecycle requests seen by
+// the informers (the desired state of the world) into LVM operations through
+// a Backend, answers them on the objects, and remembers what it answered (the
+// actual state of the world). It knows the protocol; Kubernetes and gRPC
+// details stay in kube/ and lvmbackend/.
+package agent
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/lvmbackend"
+)
+
+// Config is what an agent needs to know about its node.
+type Config struct {
+	Node kube.Node
+	// DeviceClasses maps a spec's volumeGroup to an lvmd device class; a
+	// volume group that is not listed is a device class of the same name.
+	DeviceClasses map[string]string
+	// StripedOptionClass is the lvcreate option class for specs with striping.
+	StripedOptionClass string
+	// AllowUntagged lets deletes remove LVs without the ownership tag (made by
+	// the original agent, which tagged nothing).
+	AllowUntagged bool
+	Workers       int
+	// OpTimeout bounds one lvmd call.
+	OpTimeout time.Duration
+	// Backoff is the first and the longest retry delay of a request.
+	BackoffBase, BackoffMax time.Duration
+}
+
+// Agent is the reconciler.
+type Agent struct {
+	cfg      Config
+	client   kubernetes.Interface
+	backend  lvmbackend.Backend
+	recorder record.EventRecorder
+	inf      *kube.Informers
+	queue    workqueue.TypedRateLimitingInterface[Key]
+	metrics  *Metrics
+
+	DSW DesiredStateOfWorld
+	ASW ActualStateOfWorld
+
+	mu   sync.Mutex
+	busy map[target]bool // one operation at a time per LV
+}
+
+// New wires an agent to its informers; Run starts it.
+func New(cfg Config, client kubernetes.Interface, backend lvmbackend.Backend, recorder record.EventRecorder, inf *kube.Informers, metrics *Metrics) (*Agent, error) {
+	if cfg.Workers <= 0 {
+		cfg.Workers = 1
+	}
+	if cfg.OpTimeout <= 0 {
+		cfg.OpTimeout = 2 * time.Minute
+	}
+	if cfg.BackoffBase <= 0 {
+		cfg.BackoffBase = 500 * time.Millisecond
+	}
+	if cfg.BackoffMax <= 0 {
+		cfg.BackoffMax = 2 * time.Minute
+	}
+	if metrics == nil {
+		metrics = NewMetrics(nil)
+	}
+	a := &Agent{cfg: cfg, client: client, backend: backend, recorder: recorder, inf: inf, metrics: metrics,
+		busy: map[target]bool{},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[Key](cfg.BackoffBase, cfg.BackoffMax),
+			workqueue.TypedRateLimitingQueueConfig[Key]{Name: "lvm-agent", MetricsProvider: metrics}),
+	}
+	handler := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { a.observe(nil, obj) },
+		UpdateFunc: a.observe,
+		DeleteFunc: a.forget,
+	}
+	if _, err := inf.PVC.AddEventHandler(handler); err != nil {
+		return nil, err
+	}
+	if _, err := inf.PV.AddEventHandler(handler); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// Run starts the informers and workers and blocks until ctx ends. It then
+// stops taking work and returns when the in-flight operations are finished
+// (each bounded by OpTimeout) or when grace has passed, whichever is first.
+func (a *Agent) Run(ctx context.Context, grace time.Duration) error {
+	a.inf.Factory.Start(ctx.Done())
+	klog.InfoS("Waiting for informers to sync", "node", a.cfg.Node.Name)
+	if !cache.WaitForCacheSync(ctx.Done(), a.inf.PVC.HasSynced, a.inf.PV.HasSynced) {
+		a.queue.ShutDown()
+		return ctx.Err()
+	}
+	a.metrics.synced.Set(1)
+	klog.InfoS("Informers synced; resuming open requests", "requests", a.DSW.Len(), "workers", a.cfg.Workers)
+	var wg sync.WaitGroup
+	for i := 0; i < a.cfg.Workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for a.processNext() {
+			}
+		}()
+	}
+	<-ctx.Done()
+	klog.InfoS("Stopping: no new work; waiting for in-flight operations", "grace", grace)
+	a.queue.ShutDown()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(grace):
+		// Abandoning is safe: an interrupted create is found by its tag next time.
+		klog.InfoS("Grace period over; abandoning in-flight operations")
+	}
+	return nil
+}
+
+// Synced reports whether the informers have synced.
+func (a *Agent) Synced() bool { return a.inf.PVC.HasSynced() && a.inf.PV.HasSynced() }
+
+// request returns the key of obj and whether obj is an open request owned by this node.
+func (a *Agent) request(obj any) (Key, bool) {
+	switch o := obj.(type) {
+	case *corev1.PersistentVolumeClaim:
+		k := Key{Kind: KindPVC, Namespace: o.Namespace, Name: o.Name}
+		return k, o.Annotations[kube.AnnLifecycle] == kube.StateCreating && a.cfg.Node.OwnsPVC(o)
+	case *corev1.PersistentVolume:
+		k := Key{Kind: KindPV, Name: o.Name}
+		return k, o.Annotations[kube.AnnLifecycle] == kube.StateDeleting && a.cfg.Node.OwnsPV(o)
+	}
+	return Key{}, false
+}
+
+// observe keeps the desired state in step with the informers. It queues a
+// request only when the request itself changed, not when the agent's own
+// error annotation did: retries come from the rate limiter, not from echoes.
+func (a *Agent) observe(old, obj any) {
+	k, open := a.request(obj)
+	if k.Kind == "" {
+		return
+	}
+	if !open {
+		a.DSW.Remove(k)
+		a.ASW.Remove(k)
+		return
+	}
+	a.DSW.Add(k, obj.(runtime.Object))
+	if old == nil || requestChanged(old, obj) {
+		a.queue.Add(k)
+	}
+}
+
+func (a *Agent) forget(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	if k, _ := a.request(obj); k.Kind != "" {
+		a.DSW.Remove(k)
+		a.ASW.Remove(k)
+	}
+}
+
+// requestChanged compares what a request consists of.
+func requestChanged(old, obj any) bool {
+	o, err1 := meta.Accessor(old)
+	n, err2 := meta.Accessor(obj)
+	if err1 != nil || err2 != nil {
+		return true
+	}
+	if o.GetUID() != n.GetUID() || o.GetLabels()[kube.LabelNode] != n.GetLabels()[kube.LabelNode] {
+		return true
+	}
+	for _, key := range []string{kube.AnnLifecycle, kube.AnnSpec, kube.AnnSelectedNode} {
+		if o.GetAnnotations()[key] != n.GetAnnotations()[key] {
+			return true
+		}
+	}
+	if opv, ok := old.(*corev1.PersistentVolume); ok {
+		npv := obj.(*corev1.PersistentVolume)
+		return fmt.Sprint(opv.Spec.ClaimRef) != fmt.Sprint(npv.Spec.ClaimRef)
+	}
+	return false
+}
+
+func (a *Agent) processNext() bool {
+	k, shutdown := a.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer a.queue.Done(k)
+	switch a.sync(k) {
+	case syncDone:
+		a.queue.Forget(k)
+	case syncRetry:
+		a.metrics.retries.Inc()
+		a.queue.AddRateLimited(k)
+	case syncBusy:
+		a.queue.AddAfter(k, 100*time.Millisecond)
+	}
+	return true
+}
+
+type syncResult int
+
+const (
+	syncDone syncResult = iota
+	syncRetry
+	syncBusy
+)
+
+// sync handles one request. Its context is not the agent's: an operation that
+// has started runs to its end (bounded by OpTimeout) even during shutdown.
+func (a *Agent) sync(k Key) syncResult {
+	obj := a.DSW.Get(k)
+	if obj == nil {
+		return syncDone
+	}
+	m, _ := meta.Accessor(obj)
+	if a.ASW.IsAnswered(k, m.GetResourceVersion()) {
+		return syncDone // the informer has not shown our answer yet
+	}
+	var t target
+	var spec kube.CreateSpec
+	var err error
+	switch o := obj.(type) {
+	case *corev1.PersistentVolumeClaim:
+		spec, t, err = a.createTarget(o)
+	case *corev1.PersistentVolume:
+		t, err = a.deleteTarget(o)
+	}
+	if err != nil {
+		return a.answer(k, obj, fail(kube.ReasonInvalidSpec, err), time.Now())
+	}
+	if !a.acquire(t) {
+		return syncBusy
+	}
+	defer a.release(t)
+	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.OpTimeout)
+	defer cancel()
+	start := time.Now()
+	var out outcome
+	switch o := obj.(type) {
+	case *corev1.PersistentVolumeClaim:
+		out = a.create(ctx, o, spec, t)
+	case *corev1.PersistentVolume:
+		out = a.remove(ctx, o, t)
+	}
+	return a.answer(k, obj, out, start)
+}
+
+func (a *Agent) acquire(t target) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.busy[t] {
+		return false
+	}
+	a.busy[t] = true
+	return true
+}
+
+func (a *Agent) release(t target) { a.mu.Lock(); delete(a.busy, t); a.mu.Unlock() }
+
+// answer writes the outcome on the object: the final state (one conditional
+// merge patch), or for a transient error the error message, then a retry.
+func (a *Agent) answer(k Key, obj runtime.Object, out outcome, start time.Time) syncResult {
+	m, _ := meta.Accessor(obj)
+	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.OpTimeout)
+	defer cancel()
+	kind := map[Kind]string{KindPVC: "create", KindPV: "delete"}[k.Kind]
+	if out.state == "" {
+		a.metrics.observe(kind, "retry", start)
+		klog.ErrorS(out.err, "Volume operation failed; will retry", "request", k)
+		a.recorder.Event(obj, corev1.EventTypeWarning, "VolumeRetrying", kube.OneLine(out.err))
+		msg := kube.OneLine(out.err)
+		if c := (kube.Change{kube.AnnError: &msg}); c.Pending(m.GetAnnotations()) {
+			// Unconditional: it only informs, and must not fail on a stale cache.
+			if err := a.patch(ctx, k, "", c); err != nil && !apierrors.IsNotFound(err) {
+				klog.ErrorS(err, "Could not record the error", "request", k)
+			}
+		}
+		return syncRetry
+	}
+	change := kube.Set(map[string]string{kube.AnnLifecycle: out.state})
+	if out.state == kube.StateFailed {
+		change[kube.AnnReason], change[kube.AnnError] = &out.reason, ptr(kube.OneLine(out.err))
+	} else {
+		change.Remove(kube.AnnError, kube.AnnReason)
+	}
+	err := a.patch(ctx, k, m.GetResourceVersion(), change)
+	switch {
+	case apierrors.IsNotFound(err):
+		return syncDone
+	case apierrors.IsConflict(err):
+		// The object changed since it was read: decide again on the new version.
+		klog.V(2).InfoS("Request changed while it was handled; handling it again", "request", k)
+		return syncRetry
+	case err != nil:
+		klog.ErrorS(err, "Could not write the answer; will retry", "request", k, "state", out.state)
+		return syncRetry
+	}
+	a.ASW.Answered(k, m.GetResourceVersion())
+	a.metrics.observe(kind, out.state, start)
+	if out.state == kube.StateFailed {
+		klog.ErrorS(out.err, "Volume request failed", "request", k, "reason", out.reason)
+		a.recorder.Event(obj, corev1.EventTypeWarning, "Volume"+out.reason, kube.OneLine(out.err))
+	} else {
+		klog.InfoS("Volume request done", "request", k, "state", out.state, "duration", time.Since(start))
+		a.recorder.Eventf(obj, corev1.EventTypeNormal, "Volume"+titleCase(out.state), "volume %s by lvm-agent on node %s", out.state, a.cfg.Node.Name)
+	}
+	return syncDone
+}
+
+func (a *Agent) patch(ctx context.Context, k Key, rv string, c kube.Change) error {
+	var err error
+	if k.Kind == KindPVC {
+		_, err = kube.UpdatePvcWithAnnotations(ctx, a.client, k.Namespace, k.Name, rv, c, nil)
+	} else {
+		_, err = kube.UpdatePvWithAnnotations(ctx, a.client, k.Name, rv, c, nil)
+	}
+	a.metrics.writes.WithLabelValues(string(k.Kind), map[bool]string{true: "ok", false: "error"}[err == nil]).Inc()
+	return err
+}
+
+func ptr(s string) *string { return &s }
+
+func titleCase(s string) string {
+	if s == "" {
+		return s
+	}
+	return string(s[0]-'a'+'A') + s[1:]
+}

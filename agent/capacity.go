@@ -1,0 +1,108 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/klog/v2"
+
+	"github.com/lvm-agent/lvm-agent/lvmbackend"
+)
+
+// CapacityWatcher follows lvmd's capacity stream: it is how the agent knows
+// that lvmd is reachable (for /readyz) and what each device class holds.
+type CapacityWatcher struct {
+	backend   lvmbackend.Backend
+	size      *prometheus.GaugeVec
+	free      *prometheus.GaugeVec
+	reachable prometheus.Gauge
+
+	mu      sync.Mutex
+	err     error
+	current []lvmbackend.Capacity
+	// OnChange, when set before Run, is called with every new capacity report.
+	OnChange func([]lvmbackend.Capacity)
+}
+
+// NewCapacityWatcher registers its metrics with reg (nil: not registered).
+func NewCapacityWatcher(b lvmbackend.Backend, reg prometheus.Registerer) *CapacityWatcher {
+	w := &CapacityWatcher{backend: b, err: errors.New("lvmd not contacted yet"),
+		size: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "lvm_agent_device_class_size_bytes",
+			Help: "Size of each lvmd device class (VG, or thin pool)."}, []string{"device_class"}),
+		free: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "lvm_agent_device_class_free_bytes",
+			Help: "Free bytes of each lvmd device class (thin: with overprovisioning)."}, []string{"device_class"}),
+		reachable: prometheus.NewGauge(prometheus.GaugeOpts{Name: "lvm_agent_lvmd_reachable",
+			Help: "1 while the agent holds a working capacity stream from lvmd."}),
+	}
+	if reg != nil {
+		reg.MustRegister(w.size, w.free, w.reachable)
+	}
+	return w
+}
+
+// Run follows the stream until ctx ends, reconnecting with backoff.
+func (w *CapacityWatcher) Run(ctx context.Context) {
+	delay := 200 * time.Millisecond
+	for ctx.Err() == nil {
+		err := w.backend.WatchCapacity(ctx, func(caps []lvmbackend.Capacity) {
+			delay = 200 * time.Millisecond
+			w.report(caps, nil)
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		w.report(nil, err)
+		klog.V(2).InfoS("lvmd capacity stream ended; reconnecting", "err", err, "after", delay)
+		select {
+		case <-ctx.Done():
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 10*time.Second)
+	}
+}
+
+func (w *CapacityWatcher) report(caps []lvmbackend.Capacity, err error) {
+	w.mu.Lock()
+	wasDown := w.err != nil
+	w.err = err
+	if err == nil {
+		w.current = caps
+	}
+	onChange := w.OnChange
+	w.mu.Unlock()
+	if err != nil {
+		w.reachable.Set(0)
+		if !wasDown {
+			klog.ErrorS(err, "lvmd is unreachable")
+		}
+		return
+	}
+	w.reachable.Set(1)
+	if wasDown {
+		klog.InfoS("lvmd is reachable")
+	}
+	for _, c := range caps {
+		w.size.WithLabelValues(c.DeviceClass).Set(float64(c.SizeBytes))
+		w.free.WithLabelValues(c.DeviceClass).Set(float64(c.FreeBytes))
+	}
+	if onChange != nil {
+		onChange(caps)
+	}
+}
+
+// Reachable is nil while lvmd answers.
+func (w *CapacityWatcher) Reachable() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
+
+// Current is the last capacity report.
+func (w *CapacityWatcher) Current() []lvmbackend.Capacity {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]lvmbackend.Capacity(nil), w.current...)
+}

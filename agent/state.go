@@ -1,0 +1,90 @@
+package agent
+
+import (
+	"sync"
+
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// Key names one request: a PVC by namespace/name, a PV by name. The original
+// agent keyed PVCs by name alone, so two namespaces could collide.
+type Key struct {
+	Kind      Kind
+	Namespace string
+	Name      string
+}
+
+// Kind of object a request lives on.
+type Kind string
+
+const (
+	KindPVC Kind = "pvc"
+	KindPV  Kind = "pv"
+)
+
+func (k Key) String() string {
+	if k.Namespace == "" {
+		return string(k.Kind) + ":" + k.Name
+	}
+	return string(k.Kind) + ":" + k.Namespace + "/" + k.Name
+}
+
+// DesiredStateOfWorld holds the open requests owned by this node: each PVC
+// that is "creating" and each PV that is "deleting", as last seen.
+type DesiredStateOfWorld struct {
+	mu   sync.RWMutex
+	objs map[Key]runtime.Object
+}
+
+// Add records or replaces a request.
+func (d *DesiredStateOfWorld) Add(k Key, obj runtime.Object) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.objs == nil {
+		d.objs = map[Key]runtime.Object{}
+	}
+	d.objs[k] = obj
+}
+
+// Remove forgets a request.
+func (d *DesiredStateOfWorld) Remove(k Key) { d.mu.Lock(); delete(d.objs, k); d.mu.Unlock() }
+
+// Get returns the request for k, or nil.
+func (d *DesiredStateOfWorld) Get(k Key) runtime.Object {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.objs[k]
+}
+
+// Len is the number of open requests.
+func (d *DesiredStateOfWorld) Len() int { d.mu.RLock(); defer d.mu.RUnlock(); return len(d.objs) }
+
+// ActualStateOfWorld remembers the requests the agent has answered until the
+// informer shows the answer. Between the write and that moment the informer
+// still shows the request; this is what keeps the agent from acting — and
+// writing — twice.
+type ActualStateOfWorld struct {
+	mu   sync.RWMutex
+	done map[Key]string // the resourceVersion of the request that was answered
+}
+
+// Answered records that the request at resourceVersion rv got its final answer.
+func (a *ActualStateOfWorld) Answered(k Key, rv string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.done == nil {
+		a.done = map[Key]string{}
+	}
+	a.done[k] = rv
+}
+
+// IsAnswered reports whether the request at rv was answered already.
+func (a *ActualStateOfWorld) IsAnswered(k Key, rv string) bool {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	done, ok := a.done[k]
+	return ok && done == rv
+}
+
+// Remove forgets k.
+func (a *ActualStateOfWorld) Remove(k Key) { a.mu.Lock(); delete(a.done, k); a.mu.Unlock() }

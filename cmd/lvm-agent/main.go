@@ -1,0 +1,248 @@
+// Command lvm-agent is the node agent: it answers volume lifecycle requests on
+// PVCs and PVs with LVM operations through lvmd. "lvm-agent volume ..." is the
+// operator CLI on the provisioner side of the protocol.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/lvm-agent/lvm-agent/agent"
+	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/lvmbackend"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "volume" {
+		os.Exit(volumeMain(os.Args[2:]))
+	}
+	os.Exit(agentMain(os.Args[1:]))
+}
+
+type options struct {
+	nodeName, kubeconfig                 string
+	qps                                  float64
+	burst                                int
+	backend, lvmdSocket, lvmdAddress     string
+	tlsCert, tlsKey, tlsCA               string
+	drivers, deviceClassMap, stripeClass string
+	watchMode                            string
+	workers                              int
+	allowUntagged                        bool
+	opTimeout, grace                     time.Duration
+	metricsAddress                       string
+}
+
+func agentMain(args []string) int {
+	fs := flag.NewFlagSet("lvm-agent", flag.ExitOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: lvm-agent [flags]          run the node agent\n       lvm-agent volume --help    the operator CLI\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	o := options{}
+	fs.StringVar(&o.nodeName, "node-name", firstEnv("NODE_NAME", "KUBE_NODE_NAME"), "this node's name (default from $NODE_NAME, then $KUBE_NODE_NAME)")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster config")
+	fs.Float64Var(&o.qps, "kube-api-qps", 50, "API server queries per second")
+	fs.IntVar(&o.burst, "kube-api-burst", 100, "API server burst")
+	fs.StringVar(&o.backend, "backend", "topolvm", "lvmd dialect: topolvm (unix socket) or google-lvmd (TCP)")
+	fs.StringVar(&o.lvmdSocket, "lvmd-socket", "/run/topolvm/lvmd.sock", "topolvm lvmd's unix socket")
+	fs.StringVar(&o.lvmdAddress, "lvmd-address", "127.0.0.1:1234", "google/lvmd's host:port")
+	fs.StringVar(&o.tlsCert, "lvmd-tls-cert", "", "google/lvmd: client certificate for mTLS")
+	fs.StringVar(&o.tlsKey, "lvmd-tls-key", "", "google/lvmd: client key for mTLS")
+	fs.StringVar(&o.tlsCA, "lvmd-tls-ca", "", "google/lvmd: CA that signed the server's certificate")
+	fs.StringVar(&o.drivers, "driver-name", kube.DefaultDriver, "CSI driver(s) whose PVs this agent serves, comma-separated")
+	fs.StringVar(&o.deviceClassMap, "device-class-map", "", "volumeGroup=deviceClass pairs, comma-separated; a volume group not listed is the device class of the same name")
+	fs.StringVar(&o.stripeClass, "striped-option-class", "", "lvmd lvcreate option class used for specs with \"striping\": true (empty: such specs fail)")
+	fs.StringVar(&o.watchMode, "watch-mode", string(kube.WatchAll), "all: watch every PVC/PV and filter here (works with any provisioner); labelled: only objects labelled "+kube.LabelNode+"=<node>, filtered by the API server")
+	fs.IntVar(&o.workers, "workers", 8, "requests handled in parallel (lvmd serializes operations per volume group)")
+	fs.BoolVar(&o.allowUntagged, "allow-untagged-delete", false, "let deletes remove LVs without lvm-agent's ownership tag (volumes made by the original agent)")
+	fs.DurationVar(&o.opTimeout, "op-timeout", 2*time.Minute, "bound on one lvmd call or API write")
+	fs.DurationVar(&o.grace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long in-flight operations may finish")
+	fs.StringVar(&o.metricsAddress, "metrics-address", ":9809", "serve /metrics, /healthz and /readyz here (empty: off)")
+	klogFlags := flag.NewFlagSet("klog", flag.ExitOnError)
+	klog.InitFlags(klogFlags)
+	klogFlags.VisitAll(func(f *flag.Flag) { fs.Var(f.Value, f.Name, f.Usage) })
+	_ = fs.Parse(args)
+	defer klog.Flush()
+
+	if err := run(o); err != nil {
+		klog.ErrorS(err, "lvm-agent failed")
+		return 1
+	}
+	return 0
+}
+
+func run(o options) error {
+	if o.nodeName == "" {
+		return errors.New("--node-name is required (or set NODE_NAME)")
+	}
+	mode := kube.WatchMode(o.watchMode)
+	if mode != kube.WatchAll && mode != kube.WatchLabelled {
+		return fmt.Errorf("--watch-mode must be %q or %q", kube.WatchAll, kube.WatchLabelled)
+	}
+	classes, err := parsePairs(o.deviceClassMap)
+	if err != nil {
+		return fmt.Errorf("--device-class-map: %w", err)
+	}
+	client, err := newClient(o.kubeconfig, o.qps, o.burst)
+	if err != nil {
+		return err
+	}
+	backend, err := newBackend(o)
+	if err != nil {
+		return err
+	}
+	defer backend.Close()
+
+	ctx := signalContext()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := agent.NewMetrics(reg)
+	recorder, stopEvents := kube.NewRecorder(client, "lvm-agent", o.nodeName)
+	defer stopEvents()
+	inf := kube.NewInformers(client, o.nodeName, mode)
+	a, err := agent.New(agent.Config{
+		Node:          kube.Node{Name: o.nodeName, Drivers: splitList(o.drivers)},
+		DeviceClasses: classes, StripedOptionClass: o.stripeClass, AllowUntagged: o.allowUntagged,
+		Workers: o.workers, OpTimeout: o.opTimeout,
+	}, client, backend, recorder, inf, metrics)
+	if err != nil {
+		return err
+	}
+	capacity := agent.NewCapacityWatcher(backend, reg)
+	go capacity.Run(ctx)
+	if o.metricsAddress != "" {
+		if err := serveMetrics(ctx, o.metricsAddress, reg, func() error {
+			if !a.Synced() {
+				return errors.New("informers not synced")
+			}
+			return capacity.Reachable()
+		}); err != nil {
+			return err
+		}
+	}
+	klog.InfoS("Starting lvm-agent", "node", o.nodeName, "backend", o.backend, "watchMode", mode, "workers", o.workers)
+	return a.Run(ctx, o.grace)
+}
+
+// signalContext ends on SIGTERM or SIGINT; a second signal exits 1 at once,
+// as the original agent did.
+func signalContext() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan os.Signal, 2)
+	signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		s := <-ch
+		klog.InfoS("Signal received; shutting down (a second signal exits at once)", "signal", s)
+		cancel()
+		<-ch
+		klog.Flush()
+		os.Exit(1)
+	}()
+	return ctx
+}
+
+func newClient(kubeconfig string, qps float64, burst int) (kubernetes.Interface, error) {
+	var cfg *rest.Config
+	var err error
+	if kubeconfig == "" {
+		cfg, err = rest.InClusterConfig()
+	} else {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client config: %w", err)
+	}
+	cfg.QPS, cfg.Burst = float32(qps), burst
+	cfg.UserAgent = "lvm-agent"
+	return kubernetes.NewForConfig(cfg)
+}
+
+func newBackend(o options) (lvmbackend.Backend, error) {
+	switch o.backend {
+	case "topolvm":
+		return lvmbackend.NewTopolvm(o.lvmdSocket)
+	case "google-lvmd":
+		var tlsCfg *tls.Config
+		if o.tlsCert != "" || o.tlsKey != "" || o.tlsCA != "" {
+			c, err := lvmbackend.LoadClientTLS(o.tlsCert, o.tlsKey, o.tlsCA)
+			if err != nil {
+				return nil, err
+			}
+			tlsCfg = c
+		}
+		return lvmbackend.NewGoogleLVMD(o.lvmdAddress, tlsCfg, 0)
+	}
+	return nil, fmt.Errorf("--backend must be topolvm or google-lvmd, not %q", o.backend)
+}
+
+func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, ready func() error) error {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := ready(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("--metrics-address: %w", err)
+	}
+	klog.InfoS("Serving metrics and health", "address", l.Addr().String())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	go func() { <-ctx.Done(); _ = srv.Close() }()
+	return nil
+}
+
+func firstEnv(names ...string) string {
+	for _, n := range names {
+		if v := os.Getenv(n); v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func parsePairs(s string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, p := range splitList(s) {
+		k, v, ok := strings.Cut(p, "=")
+		if !ok || k == "" || v == "" {
+			return nil, fmt.Errorf("%q is not key=value", p)
+		}
+		out[k] = v
+	}
+	return out, nil
+}

@@ -1,0 +1,105 @@
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+)
+
+// This file is the only place that writes annotations and labels: every write
+// is a JSON merge patch of exactly the keys given, nothing else.
+
+// MaxErrorBytes bounds the volume.error annotation.
+const MaxErrorBytes = 1024
+
+// Change is a set of keys to set (non-nil value) or remove (nil value).
+type Change map[string]*string
+
+// Set returns a Change that sets the given key/value pairs.
+func Set(kv map[string]string) Change {
+	c := Change{}
+	for k, v := range kv {
+		c[k] = &v
+	}
+	return c
+}
+
+// Remove adds keys to remove.
+func (c Change) Remove(keys ...string) Change {
+	for _, k := range keys {
+		c[k] = nil
+	}
+	return c
+}
+
+// Pending reports whether applying c to current would change anything, so
+// that the agent never writes a no-op.
+func (c Change) Pending(current map[string]string) bool {
+	for k, v := range c {
+		cur, ok := current[k]
+		if (v == nil) == ok || v != nil && *v != cur {
+			return true
+		}
+	}
+	return false
+}
+
+// mergePatch builds the patch. A non-empty resourceVersion makes the write
+// conditional: the API server refuses it (409) if the object changed since
+// the agent read it, so that a decision is never written on a newer request.
+func mergePatch(resourceVersion string, annotations, labels Change) ([]byte, error) {
+	meta := map[string]any{}
+	if resourceVersion != "" {
+		meta["resourceVersion"] = resourceVersion
+	}
+	if len(annotations) > 0 {
+		meta["annotations"] = annotations
+	}
+	if len(labels) > 0 {
+		meta["labels"] = labels
+	}
+	return json.Marshal(map[string]any{"metadata": meta})
+}
+
+// UpdatePvcWithAnnotations merge-patches the given annotations (and labels,
+// which may be nil) of a PVC and returns the PVC as the API server stored it.
+// resourceVersion, when not empty, is a precondition.
+func UpdatePvcWithAnnotations(ctx context.Context, c kubernetes.Interface, namespace, name, resourceVersion string, annotations, labels Change) (*corev1.PersistentVolumeClaim, error) {
+	patch, err := mergePatch(resourceVersion, annotations, labels)
+	if err != nil {
+		return nil, err
+	}
+	pvc, err := c.CoreV1().PersistentVolumeClaims(namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("patch PVC %s/%s: %w", namespace, name, err)
+	}
+	return pvc, nil
+}
+
+// UpdatePvWithAnnotations merge-patches the given annotations (and labels) of a PV.
+func UpdatePvWithAnnotations(ctx context.Context, c kubernetes.Interface, name, resourceVersion string, annotations, labels Change) (*corev1.PersistentVolume, error) {
+	patch, err := mergePatch(resourceVersion, annotations, labels)
+	if err != nil {
+		return nil, err
+	}
+	pv, err := c.CoreV1().PersistentVolumes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("patch PV %s: %w", name, err)
+	}
+	return pv, nil
+}
+
+// OneLine makes an error fit the volume.error annotation: one line, bounded.
+func OneLine(err error) string {
+	s := strings.Join(strings.Fields(err.Error()), " ")
+	if len(s) > MaxErrorBytes {
+		s = strings.ToValidUTF8(s[:MaxErrorBytes-3], "") + "..."
+	}
+	return s
+}

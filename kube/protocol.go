@@ -1,0 +1,56 @@
+// Package kube holds everything the agent knows about Kubernetes: the
+// annotation protocol's keys and parsing, ownership of objects by node,
+// informers, events, and the only code that writes annotations (patch.go).
+package kube
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Prefix of every protocol key.
+const Prefix = "pv.csi.alibabacloud.com/"
+
+// Protocol keys (PROTOCOL.md).
+const (
+	AnnLifecycle    = Prefix + "volume.lifecycle"
+	AnnSpec         = Prefix + "volume.spec"
+	AnnError        = Prefix + "volume.error"
+	AnnReason       = Prefix + "volume.reason"
+	LabelNode       = Prefix + "volume.node"
+	AnnSelectedNode = "volume.kubernetes.io/selected-node"
+)
+
+// Lifecycle states.
+const (
+	StateCreating = "creating"
+	StateCreated  = "created"
+	StateDeleting = "deleting"
+	StateDeleted  = "deleted"
+	StateFailed   = "failed"
+)
+
+// Reasons written with StateFailed.
+const (
+	ReasonInvalidSpec          = "InvalidSpec"
+	ReasonInsufficientCapacity = "InsufficientCapacity"
+	ReasonUnknownVolumeGroup   = "UnknownVolumeGroup"
+	ReasonNameConflict         = "NameConflict"
+	ReasonProtected            = "Protected"
+)
+
+// DefaultDriver is the CSI driver whose PVs the agent serves by default.
+const DefaultDriver = "localplugin.csi.alibabacloud.com"
+
+// NodeLabelValue is the value of LabelNode for a node: the name itself when
+// it is a valid label value, otherwise "h-" and the first 40 hex digits of
+// its SHA-256, so that every node name has a selectable form.
+func NodeLabelValue(node string) string {
+	if len(validation.IsValidLabelValue(node)) == 0 {
+		return node
+	}
+	sum := sha256.Sum256([]byte(node))
+	return "h-" + hex.EncodeToString(sum[:])[:40]
+}

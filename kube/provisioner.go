@@ -1,0 +1,177 @@
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
+)
+
+// Errors of the provisioner helpers. A *FailedError matches the sentinel of
+// its reason with errors.Is, so a CSI controller can answer
+// ResourceExhausted for ErrInsufficientCapacity and let the scheduler move on.
+var (
+	ErrInsufficientCapacity = errors.New(ReasonInsufficientCapacity)
+	ErrUnknownVolumeGroup   = errors.New(ReasonUnknownVolumeGroup)
+	ErrNameConflict         = errors.New(ReasonNameConflict)
+	ErrProtected            = errors.New(ReasonProtected)
+	// ErrGone: the object was deleted while waiting.
+	ErrGone = errors.New("object deleted while waiting for the agent")
+)
+
+// FailedError is an agent's "failed" answer.
+type FailedError struct {
+	Object  string
+	Reason  string
+	Message string
+}
+
+func (e *FailedError) Error() string {
+	return fmt.Sprintf("%s: failed (%s): %s", e.Object, e.Reason, e.Message)
+}
+
+var reasonErrors = map[string]error{
+	ReasonInsufficientCapacity: ErrInsufficientCapacity,
+	ReasonUnknownVolumeGroup:   ErrUnknownVolumeGroup,
+	ReasonNameConflict:         ErrNameConflict,
+	ReasonProtected:            ErrProtected,
+	ReasonInvalidSpec:          ErrInvalidSpec,
+}
+
+// Is matches the sentinel of the reason.
+func (e *FailedError) Is(target error) bool {
+	s, ok := reasonErrors[e.Reason]
+	return ok && s == target
+}
+
+// StateFunc is told every lifecycle state seen while waiting, with the volume.error if any.
+type StateFunc func(state, errMsg string)
+
+// CreateVolumeWithAnnotations asks the agent on the PVC's selected node for a
+// volume: it writes "creating", the spec and the volume.node label in one
+// merge patch, then watches the PVC until the agent answers or ctx ends.
+func CreateVolumeWithAnnotations(ctx context.Context, c kubernetes.Interface, namespace, pvcName string, spec CreateSpec, onState StateFunc) error {
+	pvc, err := c.CoreV1().PersistentVolumeClaims(namespace).Get(ctx, pvcName, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	node := pvc.Annotations[AnnSelectedNode]
+	if node == "" {
+		return fmt.Errorf("PVC %s/%s has no %s annotation: no node is chosen yet", namespace, pvcName, AnnSelectedNode)
+	}
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		return err
+	}
+	pvc, err = UpdatePvcWithAnnotations(ctx, c, namespace, pvcName, "",
+		Set(map[string]string{AnnLifecycle: StateCreating, AnnSpec: string(raw)}),
+		Set(map[string]string{LabelNode: NodeLabelValue(node)}))
+	if err != nil {
+		return err
+	}
+	lw := &cache.ListWatch{WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", pvcName).String()
+		return c.CoreV1().PersistentVolumeClaims(namespace).Watch(ctx, o)
+	}}
+	return waitForAnswer(ctx, lw, pvc, "PVC "+namespace+"/"+pvcName, StateCreating, onState)
+}
+
+// DeleteVolumeWithAnnotations asks the agent that owns a PV to remove its LV
+// vg/lv: it writes "deleting" and the spec, then watches until the answer.
+func DeleteVolumeWithAnnotations(ctx context.Context, c kubernetes.Interface, pvName, vg, lv string, onState StateFunc) error {
+	pv, err := c.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	var labels Change
+	if node := affinityNode(pv); node != "" {
+		labels = Set(map[string]string{LabelNode: NodeLabelValue(node)})
+	}
+	pv, err = UpdatePvWithAnnotations(ctx, c, pvName, "",
+		Set(map[string]string{AnnLifecycle: StateDeleting, AnnSpec: vg + "/" + lv}), labels)
+	if err != nil {
+		return err
+	}
+	lw := &cache.ListWatch{WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", pvName).String()
+		return c.CoreV1().PersistentVolumes().Watch(ctx, o)
+	}}
+	return waitForAnswer(ctx, lw, pv, "PV "+pvName, StateDeleting, onState)
+}
+
+// affinityNode is the node a PV's single-term node affinity names, if any.
+func affinityNode(pv *corev1.PersistentVolume) string {
+	na := pv.Spec.NodeAffinity
+	if na == nil || na.Required == nil || len(na.Required.NodeSelectorTerms) != 1 {
+		return ""
+	}
+	t := na.Required.NodeSelectorTerms[0]
+	if len(t.MatchExpressions) != 1 || len(t.MatchExpressions[0].Values) != 1 {
+		return ""
+	}
+	return t.MatchExpressions[0].Values[0]
+}
+
+// waitForAnswer watches from the version the request was written at (no
+// polling) until the lifecycle leaves the pending state.
+func waitForAnswer(ctx context.Context, lw cache.Watcher, written runtime.Object, what, pending string, onState StateFunc) error {
+	m, err := metaOf(written)
+	if err != nil {
+		return err
+	}
+	if onState != nil {
+		onState(pending, "")
+	}
+	lastErr := ""
+	_, err = watchtools.Until(ctx, m.GetResourceVersion(), lw, func(ev watch.Event) (bool, error) {
+		if ev.Type == watch.Deleted {
+			return false, fmt.Errorf("%s: %w", what, ErrGone)
+		}
+		o, err := metaOf(ev.Object)
+		if err != nil {
+			return false, nil
+		}
+		ann := o.GetAnnotations()
+		state := ann[AnnLifecycle]
+		if state == pending {
+			if e := ann[AnnError]; e != lastErr && e != "" && onState != nil {
+				onState(state, e)
+			}
+			lastErr = ann[AnnError]
+			return false, nil
+		}
+		if onState != nil {
+			onState(state, ann[AnnError])
+		}
+		switch state {
+		case StateFailed:
+			return true, &FailedError{Object: what, Reason: ann[AnnReason], Message: ann[AnnError]}
+		case StateCreated, StateDeleted:
+			return true, nil
+		}
+		return true, fmt.Errorf("%s: lifecycle changed to %q by someone else", what, state)
+	})
+	if err != nil && ctx.Err() != nil && lastErr != "" {
+		return fmt.Errorf("%s: no answer before the deadline; last error: %s: %w", what, lastErr, err)
+	}
+	return err
+}
+
+func metaOf(obj runtime.Object) (metav1.Object, error) {
+	switch o := obj.(type) {
+	case *corev1.PersistentVolumeClaim:
+		return o, nil
+	case *corev1.PersistentVolume:
+		return o, nil
+	}
+	return nil, fmt.Errorf("unexpected object %T", obj)
+}

@@ -1,0 +1,127 @@
+// Package lvmbackend is the agent's only way to touch LVM: a Backend talks to
+// an lvmd daemon over gRPC (topolvm's lvmd on a unix socket, or google/lvmd
+// over TCP) and turns the daemon's answers into typed errors the agent can act
+// on. Nothing here forks LVM tools.
+package lvmbackend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials"
+)
+
+// Typed errors. Every error a Backend returns wraps at most one of them, so
+// that callers can decide between "retry", "fail the request" and "done".
+var (
+	// ErrNotFound: the logical volume does not exist.
+	ErrNotFound = errors.New("logical volume not found")
+	// ErrUnknownDeviceClass: lvmd has no such device class / volume group.
+	ErrUnknownDeviceClass = errors.New("unknown device class")
+	// ErrInsufficientCapacity: the volume group (or thin pool) has not enough free space.
+	ErrInsufficientCapacity = errors.New("insufficient capacity")
+	// ErrUnavailable: lvmd cannot be reached or timed out; retrying may help.
+	ErrUnavailable = errors.New("lvmd unavailable")
+	// ErrInvalidArgument: lvmd rejected the request itself (bad name, size, option class).
+	ErrInvalidArgument = errors.New("invalid argument")
+)
+
+// Volume is one logical volume as lvmd reports it.
+type Volume struct {
+	DeviceClass string
+	Name        string
+	SizeBytes   int64
+	Tags        []string
+	// DevMajor and DevMinor are the device-mapper device numbers (0:0 when inactive or unknown).
+	DevMajor, DevMinor uint32
+	// Attr is lvm's lv_attr string when the dialect reports it ("" otherwise).
+	Attr string
+}
+
+// HasTag reports whether the volume carries tag.
+func (v *Volume) HasTag(tag string) bool {
+	for _, t := range v.Tags {
+		if t == tag {
+			return true
+		}
+	}
+	return false
+}
+
+// Thin reports whether lvm says the volume is a thin volume.
+func (v *Volume) Thin() bool { return len(v.Attr) > 0 && v.Attr[0] == 'V' }
+
+// CreateRequest asks for a new logical volume.
+type CreateRequest struct {
+	DeviceClass string
+	Name        string
+	// SizeBytes must be a positive multiple of 4096.
+	SizeBytes int64
+	Tags      []string
+	// OptionClass names an lvcreate option class of the daemon ("" for the device class default).
+	OptionClass string
+}
+
+// Capacity is the size and free space of one device class.
+type Capacity struct {
+	DeviceClass string
+	SizeBytes   uint64
+	FreeBytes   uint64
+}
+
+// Backend is one lvmd dialect.
+type Backend interface {
+	// GetVolume returns the named volume, or an error wrapping ErrNotFound.
+	GetVolume(ctx context.Context, deviceClass, name string) (*Volume, error)
+	// ListVolumes returns every volume of a device class.
+	ListVolumes(ctx context.Context, deviceClass string) ([]Volume, error)
+	// CreateVolume creates a volume. It is not idempotent: lvmd fails for an
+	// existing name, so callers check GetVolume first.
+	CreateVolume(ctx context.Context, req CreateRequest) (*Volume, error)
+	// RemoveVolume removes a volume; a missing volume wraps ErrNotFound.
+	RemoveVolume(ctx context.Context, deviceClass, name string) error
+	// Capacity reports every device class the daemon serves.
+	Capacity(ctx context.Context) ([]Capacity, error)
+	// WatchCapacity calls fn with the capacity of every device class at once
+	// and after each change, until ctx ends or the stream fails.
+	WatchCapacity(ctx context.Context, fn func([]Capacity)) error
+	// Close releases the connection.
+	Close() error
+}
+
+// Error is a Backend error: the operation, the typed cause and the daemon's message.
+type Error struct {
+	Op    string
+	Kind  error
+	Cause error
+}
+
+func (e *Error) Error() string {
+	if e.Cause == nil {
+		return fmt.Sprintf("%s: %v", e.Op, e.Kind)
+	}
+	return fmt.Sprintf("%s: %v", e.Op, e.Cause)
+}
+
+// Is matches the typed kind.
+func (e *Error) Is(target error) bool { return e.Kind != nil && target == e.Kind }
+
+// Unwrap exposes the daemon's error.
+func (e *Error) Unwrap() error { return e.Cause }
+
+// dialDefaults keep gRPC's reconnect backoff short: lvmd restarts are
+// routine, and gRPC's default (up to 120 s between attempts) would leave
+// every request failing long after lvmd is back.
+func dialDefaults(creds credentials.TransportCredentials) []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithTransportCredentials(creds),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+			MinConnectTimeout: 5 * time.Second,
+		}),
+	}
+}

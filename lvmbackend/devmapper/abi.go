@@ -1,0 +1,209 @@
+package devmapper
+
+import (
+	"bytes"
+	"encoding/binary"
+)
+
+// The layout below is include/uapi/linux/dm-ioctl.h, interface version 4.
+// It is spelled out as byte offsets rather than mirrored in a Go struct so
+// that the codec never depends on Go's struct layout, and so the tests can
+// check every offset against golang.org/x/sys/unix.DmIoctl independently.
+//
+// All fields are in host byte order (the kernel copies the struct as is),
+// hence binary.NativeEndian throughout.
+
+// struct dm_ioctl.
+const (
+	sizeofDmIoctl = 312 // includes 7 bytes of trailing padding (data[7])
+
+	offVersion     = 0   // __u32 version[3]
+	offDataSize    = 12  // __u32 data_size: total buffer size in, bytes used out
+	offDataStart   = 16  // __u32 data_start: payload offset from the struct start
+	offTargetCount = 20  // __u32 target_count
+	offOpenCount   = 24  // __s32 open_count
+	offFlags       = 28  // __u32 flags
+	offEventNr     = 32  // __u32 event_nr
+	offPadding     = 36  // __u32 padding
+	offDev         = 40  // __u64 dev, encoded like the kernel's huge_encode_dev
+	offName        = 48  // char name[128]
+	offUUID        = 176 // char uuid[129]
+	offData        = 305 // char data[7]; the kernel's "minimum data size"
+
+	nameLen = 128 // DM_NAME_LEN, including the terminating NUL
+	uuidLen = 129 // DM_UUID_LEN, including the terminating NUL
+)
+
+// struct dm_target_spec, followed by its NUL-terminated params string.
+const (
+	sizeofTargetSpec = 40
+	specOffStart     = 0  // __u64 sector_start
+	specOffLength    = 8  // __u64 length
+	specOffStatus    = 16 // __s32 status (unused on output)
+	specOffNext      = 20 // __u32 next: on output, offset from the *payload start*
+	specOffType      = 24 // char target_type[16]
+	targetTypeLen    = 16 // DM_MAX_TYPE_NAME
+)
+
+// struct dm_name_list: dev, next (offset from *this record*), then name.
+const (
+	nameListOffDev  = 0
+	nameListOffNext = 8
+	nameListOffName = 12 // offsetof(struct dm_name_list, name); sizeof is 16
+)
+
+// Name list per-record flags (the second u32 after the name, 4.45+).
+const (
+	nameListHasUUID       = 1 << 0 // DM_NAME_LIST_FLAG_HAS_UUID
+	nameListDoesntHaveUID = 1 << 1 // DM_NAME_LIST_FLAG_DOESNT_HAVE_UUID
+)
+
+// dm_ioctl.flags bits that this package sends or reads.
+const (
+	flagReadOnly        = 1 << 0  // DM_READONLY_FLAG (out)
+	flagSuspend         = 1 << 1  // DM_SUSPEND_FLAG (out)
+	flagStatusTable     = 1 << 4  // DM_STATUS_TABLE_FLAG (in)
+	flagActivePresent   = 1 << 5  // DM_ACTIVE_PRESENT_FLAG (out)
+	flagInactivePresent = 1 << 6  // DM_INACTIVE_PRESENT_FLAG (out)
+	flagBufferFull      = 1 << 8  // DM_BUFFER_FULL_FLAG (out)
+	flagNoFlush         = 1 << 11 // DM_NOFLUSH_FLAG (in)
+	flagUUID            = 1 << 14 // DM_UUID_FLAG (in, for DM_LIST_DEVICES)
+	flagDeferredRemove  = 1 << 17 // DM_DEFERRED_REMOVE (out)
+	flagInternalSuspend = 1 << 18 // DM_INTERNAL_SUSPEND_FLAG (out)
+)
+
+// The interface version this package asks for. The kernel accepts a request
+// when the major matches and the minor is not newer than its own, so asking
+// for 4.0.0 works on every 4.x kernel; the commands used here all exist since
+// 4.0. The reply carries the kernel's own version, which decides the reply
+// layout where it changed (see list.go).
+const (
+	interfaceMajor = 4
+	interfaceMinor = 0
+	interfacePatch = 0
+)
+
+// Reply layout changes keyed on the kernel's interface minor version.
+const (
+	// minorListEventNr: DM_LIST_DEVICES records carry event_nr and a flags
+	// word after the name (kernel 4.14; the 4.36 layout of 4.13 was
+	// misaligned and is ignored, as libdevmapper does).
+	minorListEventNr = 37
+)
+
+// Command numbers (the "nr" of the ioctl) from enum in dm-ioctl.h.
+const (
+	cmdVersion     = 0
+	cmdListDevices = 2
+	cmdDevStatus   = 7
+	cmdTableStatus = 12
+)
+
+// iowr is the kernel's _IOWR(type, nr, size) for the asm-generic ioctl
+// encoding (x86, arm, arm64, riscv, s390, loongarch): 2 direction bits, 14
+// size bits, 8 type bits, 8 number bits. abi_linux_test.go checks the result
+// against golang.org/x/sys/unix's per-architecture constants, which would
+// catch an architecture with another encoding (mips, powerpc, sparc).
+func iowr(typ, nr, size uintptr) uintptr {
+	const (
+		dirRead  = 2
+		dirWrite = 1
+	)
+	return (dirRead|dirWrite)<<30 | size<<16 | typ<<8 | nr
+}
+
+const dmIoctlType = 0xfd // DM_IOCTL
+
+var (
+	ioctlVersion     = iowr(dmIoctlType, cmdVersion, sizeofDmIoctl)
+	ioctlListDevices = iowr(dmIoctlType, cmdListDevices, sizeofDmIoctl)
+	ioctlDevStatus   = iowr(dmIoctlType, cmdDevStatus, sizeofDmIoctl)
+	ioctlTableStatus = iowr(dmIoctlType, cmdTableStatus, sizeofDmIoctl)
+)
+
+// ioctlNames are used in errors only.
+var ioctlNames = map[uintptr]string{
+	ioctlVersion:     "DM_VERSION",
+	ioctlListDevices: "DM_LIST_DEVICES",
+	ioctlDevStatus:   "DM_DEV_STATUS",
+	ioctlTableStatus: "DM_TABLE_STATUS",
+}
+
+// request is what a query puts into the dm_ioctl header.
+type request struct {
+	name  string
+	flags uint32
+}
+
+// encodeRequest writes a request header at the start of buf, which must be
+// at least sizeofDmIoctl long and zeroed in the header. data_size tells the
+// kernel how much room there is for its reply: all of buf.
+func encodeRequest(buf []byte, r request) {
+	ne := binary.NativeEndian
+	ne.PutUint32(buf[offVersion:], interfaceMajor)
+	ne.PutUint32(buf[offVersion+4:], interfaceMinor)
+	ne.PutUint32(buf[offVersion+8:], interfacePatch)
+	ne.PutUint32(buf[offDataSize:], uint32(len(buf)))
+	ne.PutUint32(buf[offDataStart:], sizeofDmIoctl)
+	ne.PutUint32(buf[offFlags:], r.flags)
+	copy(buf[offName:offName+nameLen-1], r.name)
+}
+
+// header is the decoded dm_ioctl of a reply.
+type header struct {
+	version     Version
+	dataSize    uint32
+	dataStart   uint32
+	targetCount uint32
+	openCount   int32
+	flags       uint32
+	eventNr     uint32
+	dev         uint64
+	name        string
+	uuid        string
+}
+
+func decodeHeader(buf []byte) header {
+	ne := binary.NativeEndian
+	return header{
+		version: Version{
+			Major: ne.Uint32(buf[offVersion:]),
+			Minor: ne.Uint32(buf[offVersion+4:]),
+			Patch: ne.Uint32(buf[offVersion+8:]),
+		},
+		dataSize:    ne.Uint32(buf[offDataSize:]),
+		dataStart:   ne.Uint32(buf[offDataStart:]),
+		targetCount: ne.Uint32(buf[offTargetCount:]),
+		openCount:   int32(ne.Uint32(buf[offOpenCount:])),
+		flags:       ne.Uint32(buf[offFlags:]),
+		eventNr:     ne.Uint32(buf[offEventNr:]),
+		dev:         ne.Uint64(buf[offDev:]),
+		name:        cString(buf[offName : offName+nameLen]),
+		uuid:        cString(buf[offUUID : offUUID+uuidLen]),
+	}
+}
+
+// payload returns the bounds of the reply's data area within buf, or
+// ok=false when the reply carries none. The kernel sets data_size to the
+// bytes it actually wrote (header only: offsetof(data) = 305), so a reply
+// whose data_size does not reach past data_start has no payload.
+func (h header) payload(bufLen int) (start, end int, ok bool) {
+	start, end = int(h.dataStart), int(h.dataSize)
+	if end > bufLen || start < offData || start >= end {
+		return 0, 0, false
+	}
+	return start, end, true
+}
+
+// cString returns b up to its first NUL (all of b when there is none).
+func cString(b []byte) string {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	return string(b)
+}
+
+// align8 rounds an offset up the way the kernel's align_ptr does. Offsets
+// here are relative to the start of the dm_ioctl, which the kernel keeps
+// 8-byte aligned, so aligning the offset equals aligning the address.
+func align8(off int) int { return (off + 7) &^ 7 }

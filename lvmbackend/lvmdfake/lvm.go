@@ -1,0 +1,239 @@
+// Package lvmdfake is an in-memory LVM behind lvmd's real gRPC wire protocols,
+// for unit, integration and scale tests on hosts without device-mapper. It
+// keeps LVM's rules that a client can observe: extent rounding, free space,
+// unique names, tags, thin pools with overprovisioning, and one operation at a
+// time per volume group.
+package lvmdfake
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+)
+
+// ExtentSize is LVM's default physical extent size.
+const ExtentSize = 4 << 20
+
+// Class is one lvmd device class and the volume group (or thin pool) behind it.
+type Class struct {
+	Name      string
+	VG        string
+	SizeBytes uint64
+	// Thin classes allocate from a pool that may be overprovisioned.
+	Thin          bool
+	Overprovision float64
+}
+
+// LV is one logical volume of the model.
+type LV struct {
+	Class     string
+	Name      string
+	SizeBytes uint64
+	Tags      []string
+	Major     uint32
+	Minor     uint32
+	Thin      bool
+}
+
+// Errors of the model; each dialect's server turns them into its daemon's
+// own wire errors.
+var (
+	errNoClass  = errors.New("device-class not found")
+	errNoSpace  = errors.New("no enough space left on VG")
+	errExists   = errors.New("already exists")
+	errNotFound = errors.New("not found")
+	errBadSize  = errors.New("invalid size")
+)
+
+type class struct {
+	Class
+	mu  sync.Mutex // held for the whole of an operation, as LVM's VG lock is
+	lvs map[string]*LV
+}
+
+// LVM is the in-memory state shared by the dialect servers.
+type LVM struct {
+	mu       sync.Mutex
+	classes  map[string]*class
+	latency  time.Duration
+	minor    uint32
+	hook     func(op, class, name string) error
+	watchers map[chan struct{}]struct{}
+}
+
+// NewLVM makes a model with the given device classes.
+func NewLVM(classes ...Class) *LVM {
+	m := &LVM{classes: map[string]*class{}, watchers: map[chan struct{}]struct{}{}}
+	for _, c := range classes {
+		if c.VG == "" {
+			c.VG = c.Name
+		}
+		m.classes[c.Name] = &class{Class: c, lvs: map[string]*LV{}}
+	}
+	return m
+}
+
+// SetLatency makes every mutating operation take d, serialized per class.
+func (m *LVM) SetLatency(d time.Duration) { m.mu.Lock(); m.latency = d; m.mu.Unlock() }
+
+// SetHook installs fn, called at the start of every operation (op is
+// "create", "remove" or "list"); a non-nil error is returned to the client
+// as the daemon's internal error.
+func (m *LVM) SetHook(fn func(op, class, name string) error) { m.mu.Lock(); m.hook = fn; m.mu.Unlock() }
+
+func (m *LVM) get(name string) (*class, time.Duration, func(op, class, name string) error, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c, ok := m.classes[name]
+	if !ok {
+		return nil, 0, nil, fmt.Errorf("%w: %s", errNoClass, name)
+	}
+	return c, m.latency, m.hook, nil
+}
+
+// Create adds an LV, with LVM's rounding to whole extents.
+func (m *LVM) Create(className, name string, size uint64, tags []string) (LV, error) {
+	c, latency, hook, err := m.get(className)
+	if err != nil {
+		return LV{}, err
+	}
+	if hook != nil {
+		if err := hook("create", className, name); err != nil {
+			return LV{}, err
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	time.Sleep(latency)
+	if size == 0 || size%4096 != 0 {
+		return LV{}, fmt.Errorf("%w: %d is not a positive multiple of 4096", errBadSize, size)
+	}
+	if _, ok := c.lvs[name]; ok {
+		return LV{}, fmt.Errorf("Logical Volume %q %w in volume group %q", name, errExists, c.VG)
+	}
+	if free := c.free(); free < size {
+		return LV{}, fmt.Errorf("%w: free=%d, requested=%d", errNoSpace, free, size)
+	}
+	m.mu.Lock()
+	m.minor++
+	minor := m.minor
+	m.mu.Unlock()
+	lv := &LV{Class: className, Name: name, SizeBytes: (size + ExtentSize - 1) / ExtentSize * ExtentSize,
+		Tags: append([]string(nil), tags...), Major: 253, Minor: minor, Thin: c.Thin}
+	c.lvs[name] = lv
+	m.notify()
+	return *lv, nil
+}
+
+// Remove deletes an LV.
+func (m *LVM) Remove(className, name string) error {
+	c, latency, hook, err := m.get(className)
+	if err != nil {
+		return err
+	}
+	if hook != nil {
+		if err := hook("remove", className, name); err != nil {
+			return err
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	time.Sleep(latency)
+	if _, ok := c.lvs[name]; !ok {
+		return fmt.Errorf("%w: %s/%s", errNotFound, c.VG, name)
+	}
+	delete(c.lvs, name)
+	m.notify()
+	return nil
+}
+
+// List returns the LVs of a class sorted by name.
+func (m *LVM) List(className string) ([]LV, error) {
+	c, _, hook, err := m.get(className)
+	if err != nil {
+		return nil, err
+	}
+	if hook != nil {
+		if err := hook("list", className, ""); err != nil {
+			return nil, err
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]LV, 0, len(c.lvs))
+	for _, lv := range c.lvs {
+		out = append(out, *lv)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// Usage is a class's size and free bytes.
+type Usage struct {
+	Class          string
+	Size, Free     uint64
+	Thin           bool
+	PoolSize, Used uint64
+}
+
+// Usage reports every class, sorted by name.
+func (m *LVM) Usage() []Usage {
+	m.mu.Lock()
+	names := make([]string, 0, len(m.classes))
+	for n := range m.classes {
+		names = append(names, n)
+	}
+	m.mu.Unlock()
+	sort.Strings(names)
+	out := make([]Usage, 0, len(names))
+	for _, n := range names {
+		c, _, _, _ := m.get(n)
+		c.mu.Lock()
+		out = append(out, Usage{Class: n, Size: c.SizeBytes, Free: c.free(), Thin: c.Thin, PoolSize: c.SizeBytes, Used: c.used()})
+		c.mu.Unlock()
+	}
+	return out
+}
+
+// Subscribe returns a channel that receives after every change, and a cancel func.
+func (m *LVM) Subscribe() (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	m.mu.Lock()
+	m.watchers[ch] = struct{}{}
+	m.mu.Unlock()
+	return ch, func() { m.mu.Lock(); delete(m.watchers, ch); m.mu.Unlock() }
+}
+
+func (m *LVM) notify() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for ch := range m.watchers {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (c *class) used() uint64 {
+	var used uint64
+	for _, lv := range c.lvs {
+		used += lv.SizeBytes
+	}
+	return used
+}
+
+// free is what lvmd reports: VG free space, or for a thin pool its size
+// times the overprovision ratio minus the virtual sizes allocated.
+func (c *class) free() uint64 {
+	total := c.SizeBytes
+	if c.Thin && c.Overprovision > 0 {
+		total = uint64(float64(c.SizeBytes) * c.Overprovision)
+	}
+	if u := c.used(); u < total {
+		return total - u
+	}
+	return 0
+}

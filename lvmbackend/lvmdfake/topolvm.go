@@ -1,0 +1,148 @@
+package lvmdfake
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"sync"
+
+	"github.com/topolvm/topolvm/pkg/lvmd/proto"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Topolvm serves the model with topolvm lvmd's services and error codes:
+// unknown device class → NotFound, not enough space → ResourceExhausted,
+// existing name or any lvm failure → Internal, missing LV on remove → NotFound.
+type Topolvm struct {
+	*LVM
+	mu   sync.Mutex
+	srv  *grpc.Server
+	path string
+}
+
+// NewTopolvm wraps a model.
+func NewTopolvm(m *LVM) *Topolvm { return &Topolvm{LVM: m} }
+
+// Serve listens on a unix socket at path and serves in the background until Stop.
+func (t *Topolvm) Serve(path string) error {
+	_ = os.Remove(path)
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return err
+	}
+	srv := grpc.NewServer()
+	proto.RegisterLVServiceServer(srv, lvService{m: t.LVM})
+	proto.RegisterVGServiceServer(srv, vgService{m: t.LVM})
+	t.mu.Lock()
+	t.srv, t.path = srv, path
+	t.mu.Unlock()
+	go func() { _ = srv.Serve(l) }()
+	return nil
+}
+
+// Stop closes the socket and every connection at once, as a killed lvmd would.
+func (t *Topolvm) Stop() {
+	t.mu.Lock()
+	srv, path := t.srv, t.path
+	t.srv = nil
+	t.mu.Unlock()
+	if srv != nil {
+		srv.Stop()
+		_ = os.Remove(path)
+	}
+}
+
+type lvService struct {
+	m *LVM
+	proto.UnimplementedLVServiceServer
+}
+
+type vgService struct {
+	m *LVM
+	proto.UnimplementedVGServiceServer
+}
+
+func (s lvService) CreateLV(_ context.Context, req *proto.CreateLVRequest) (*proto.CreateLVResponse, error) {
+	if req.GetSizeBytes() < 0 {
+		return nil, status.Error(codes.Internal, "invalid size")
+	}
+	// Like lvmd, finish the lvm command even when the client goes away.
+	lv, err := s.m.Create(req.GetDeviceClass(), req.GetName(), uint64(req.GetSizeBytes()), req.GetTags())
+	if err != nil {
+		return nil, topolvmStatus(err)
+	}
+	return &proto.CreateLVResponse{Volume: &proto.LogicalVolume{Name: lv.Name, SizeBytes: int64(lv.SizeBytes),
+		DevMajor: lv.Major, DevMinor: lv.Minor}}, nil
+}
+
+func (s lvService) RemoveLV(_ context.Context, req *proto.RemoveLVRequest) (*proto.Empty, error) {
+	if err := s.m.Remove(req.GetDeviceClass(), req.GetName()); err != nil {
+		return nil, topolvmStatus(err)
+	}
+	return &proto.Empty{}, nil
+}
+
+func (s vgService) GetLVList(_ context.Context, req *proto.GetLVListRequest) (*proto.GetLVListResponse, error) {
+	lvs, err := s.m.List(req.GetDeviceClass())
+	if err != nil {
+		return nil, topolvmStatus(err)
+	}
+	resp := &proto.GetLVListResponse{}
+	for _, lv := range lvs {
+		attr := "-wi-a-----"
+		if lv.Thin {
+			attr = "Vwi-a-tz--"
+		}
+		resp.Volumes = append(resp.Volumes, &proto.LogicalVolume{Name: lv.Name, SizeBytes: int64(lv.SizeBytes),
+			Tags: lv.Tags, DevMajor: lv.Major, DevMinor: lv.Minor, Attr: attr, Path: "/dev/" + lv.Class + "/" + lv.Name})
+	}
+	return resp, nil
+}
+
+func (s vgService) GetFreeBytes(_ context.Context, req *proto.GetFreeBytesRequest) (*proto.GetFreeBytesResponse, error) {
+	for _, u := range s.m.Usage() {
+		if u.Class == req.GetDeviceClass() {
+			return &proto.GetFreeBytesResponse{FreeBytes: u.Free}, nil
+		}
+	}
+	return nil, status.Errorf(codes.NotFound, "%v: %s", errNoClass, req.GetDeviceClass())
+}
+
+// Watch sends the usage at once and after every change, like lvmd.
+func (s vgService) Watch(_ *proto.Empty, stream grpc.ServerStreamingServer[proto.WatchResponse]) error {
+	ch, cancel := s.m.Subscribe()
+	defer cancel()
+	for {
+		resp := &proto.WatchResponse{}
+		for _, u := range s.m.Usage() {
+			item := &proto.WatchItem{DeviceClass: u.Class, SizeBytes: u.Size, FreeBytes: u.Free}
+			if u.Thin {
+				item.ThinPool = &proto.ThinPoolItem{SizeBytes: u.PoolSize, OverprovisionBytes: u.Free,
+					DataPercent: 100 * float64(u.Used) / float64(max(u.PoolSize, 1))}
+			}
+			resp.Items = append(resp.Items, item)
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+		select {
+		case <-ch:
+		case <-stream.Context().Done():
+			return nil
+		}
+	}
+}
+
+func topolvmStatus(err error) error {
+	switch {
+	case errors.Is(err, errNoClass), errors.Is(err, errNotFound):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, errNoSpace):
+		return status.Error(codes.ResourceExhausted, err.Error())
+	default:
+		return status.Error(codes.Internal, err.Error())
+	}
+}

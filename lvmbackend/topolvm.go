@@ -1,0 +1,164 @@
+package lvmbackend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/topolvm/topolvm/pkg/lvmd/proto"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+)
+
+// Topolvm speaks to topolvm's lvmd over a unix socket.
+type Topolvm struct {
+	conn *grpc.ClientConn
+	lv   proto.LVServiceClient
+	vg   proto.VGServiceClient
+}
+
+var _ Backend = (*Topolvm)(nil)
+
+// NewTopolvm connects lazily to the lvmd socket at path: a missing socket is
+// not an error here, because lvmd may start after the agent; calls fail with
+// ErrUnavailable until it is up.
+func NewTopolvm(path string, opts ...grpc.DialOption) (*Topolvm, error) {
+	opts = append(dialDefaults(insecure.NewCredentials()), opts...)
+	conn, err := grpc.NewClient("unix://"+path, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("lvmd client for %s: %w", path, err)
+	}
+	return &Topolvm{conn: conn, lv: proto.NewLVServiceClient(conn), vg: proto.NewVGServiceClient(conn)}, nil
+}
+
+// Close closes the connection.
+func (t *Topolvm) Close() error { return t.conn.Close() }
+
+// GetVolume lists the device class and picks the volume: topolvm's lvmd has no
+// single-volume lookup.
+func (t *Topolvm) GetVolume(ctx context.Context, deviceClass, name string) (*Volume, error) {
+	vols, err := t.ListVolumes(ctx, deviceClass)
+	if err != nil {
+		return nil, err
+	}
+	for i := range vols {
+		if vols[i].Name == name {
+			return &vols[i], nil
+		}
+	}
+	return nil, &Error{Op: "get " + deviceClass + "/" + name, Kind: ErrNotFound}
+}
+
+// ListVolumes returns the volumes of a device class.
+func (t *Topolvm) ListVolumes(ctx context.Context, deviceClass string) ([]Volume, error) {
+	resp, err := t.vg.GetLVList(ctx, &proto.GetLVListRequest{DeviceClass: deviceClass})
+	if err != nil {
+		// On a listing, NotFound can only mean the device class or its VG.
+		return nil, topolvmError("list "+deviceClass, err, ErrUnknownDeviceClass)
+	}
+	vols := make([]Volume, 0, len(resp.GetVolumes()))
+	for _, v := range resp.GetVolumes() {
+		vols = append(vols, Volume{
+			DeviceClass: deviceClass, Name: v.GetName(), SizeBytes: v.GetSizeBytes(), Tags: v.GetTags(),
+			DevMajor: v.GetDevMajor(), DevMinor: v.GetDevMinor(), Attr: v.GetAttr(),
+		})
+	}
+	return vols, nil
+}
+
+// CreateVolume creates a volume with lvmd's CreateLV.
+func (t *Topolvm) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, error) {
+	if req.SizeBytes <= 0 || req.SizeBytes%SizeUnit != 0 {
+		return nil, &Error{Op: "create " + req.DeviceClass + "/" + req.Name, Kind: ErrInvalidArgument,
+			Cause: fmt.Errorf("size %d is not a positive multiple of %d", req.SizeBytes, SizeUnit)}
+	}
+	resp, err := t.lv.CreateLV(ctx, &proto.CreateLVRequest{
+		Name: req.Name, DeviceClass: req.DeviceClass, SizeBytes: req.SizeBytes,
+		Tags: req.Tags, LvcreateOptionClass: req.OptionClass,
+	})
+	if err != nil {
+		// On CreateLV, NotFound is the device class.
+		return nil, topolvmError("create "+req.DeviceClass+"/"+req.Name, err, ErrUnknownDeviceClass)
+	}
+	v := resp.GetVolume()
+	return &Volume{DeviceClass: req.DeviceClass, Name: v.GetName(), SizeBytes: v.GetSizeBytes(),
+		Tags: req.Tags, DevMajor: v.GetDevMajor(), DevMinor: v.GetDevMinor(), Attr: v.GetAttr()}, nil
+}
+
+// RemoveVolume removes a volume with lvmd's RemoveLV.
+func (t *Topolvm) RemoveVolume(ctx context.Context, deviceClass, name string) error {
+	_, err := t.lv.RemoveLV(ctx, &proto.RemoveLVRequest{Name: name, DeviceClass: deviceClass})
+	if err != nil {
+		// lvmd answers NotFound for a missing LV, VG or device class alike;
+		// callers list first, so here it means the LV went away meanwhile.
+		return topolvmError("remove "+deviceClass+"/"+name, err, ErrNotFound)
+	}
+	return nil
+}
+
+// Capacity takes the first message of lvmd's Watch stream, which carries
+// every device class.
+func (t *Topolvm) Capacity(ctx context.Context) ([]Capacity, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var caps []Capacity
+	err := t.WatchCapacity(ctx, func(c []Capacity) { caps = c; cancel() })
+	if caps != nil {
+		return caps, nil
+	}
+	return nil, err
+}
+
+// WatchCapacity follows lvmd's Watch stream.
+func (t *Topolvm) WatchCapacity(ctx context.Context, fn func([]Capacity)) error {
+	stream, err := t.vg.Watch(ctx, &proto.Empty{})
+	if err != nil {
+		return topolvmError("watch", err, ErrUnknownDeviceClass)
+	}
+	for {
+		msg, err := stream.Recv()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return topolvmError("watch", err, ErrUnknownDeviceClass)
+		}
+		caps := make([]Capacity, 0, len(msg.GetItems()))
+		for _, it := range msg.GetItems() {
+			c := Capacity{DeviceClass: it.GetDeviceClass(), SizeBytes: it.GetSizeBytes(), FreeBytes: it.GetFreeBytes()}
+			if tp := it.GetThinPool(); tp != nil {
+				// A thin class's capacity is the pool's, with overprovisioning.
+				c.SizeBytes, c.FreeBytes = tp.GetSizeBytes(), tp.GetOverprovisionBytes()
+			}
+			caps = append(caps, c)
+		}
+		fn(caps)
+	}
+}
+
+// topolvmError maps lvmd's gRPC codes (see notes/dependencies.md) to typed
+// errors; notFound says what NotFound means for this call.
+func topolvmError(op string, err error, notFound error) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			return &Error{Op: op, Kind: ErrUnavailable, Cause: err}
+		}
+		return &Error{Op: op, Cause: err}
+	}
+	var kind error
+	switch st.Code() {
+	case codes.NotFound:
+		kind = notFound
+	case codes.ResourceExhausted:
+		kind = ErrInsufficientCapacity
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Aborted:
+		kind = ErrUnavailable
+	case codes.InvalidArgument, codes.OutOfRange, codes.Unimplemented:
+		kind = ErrInvalidArgument
+	}
+	// Internal (lvm failed, name exists, VG missing) stays untyped: transient.
+	return &Error{Op: op, Kind: kind, Cause: errors.New(st.Message())}
+}

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Gives a test machine real LVM to work on: volume group vg0 on a sparse
+# loop-backed file, with a thin pool vg0/pool0, and an lvmd config offering a
+# `thick` (default) and a `thin` device class on it. Runs as root inside the
+# QEMU guest (scripts/vm/run.sh) and in the Vagrant VM, so it needs only bash,
+# coreutils or busybox, and lvm2. Running it again is harmless.
+#
+# Settings (environment):
+#   LVM_LOOP_FILE      backing file        (/var/lib/lvm-agent/vg0.img; RAM in the QEMU guest)
+#   LVM_LOOP_SIZE      its sparse size     (2G)
+#   LVM_THIN_POOL_SIZE size of vg0/pool0   (1G; thick LVs get the rest)
+#   LVMD_CONFIG        lvmd config to write (/etc/topolvm/lvmd.yaml)
+#   LVMD_SOCKET        lvmd's socket        (/run/topolvm/lvmd.sock)
+set -euo pipefail
+
+VG=vg0
+POOL=pool0
+FILE=${LVM_LOOP_FILE:-/var/lib/lvm-agent/$VG.img}
+SIZE=${LVM_LOOP_SIZE:-2G}
+POOL_SIZE=${LVM_THIN_POOL_SIZE:-1G}
+CONFIG=${LVMD_CONFIG:-/etc/topolvm/lvmd.yaml}
+SOCKET=${LVMD_SOCKET:-/run/topolvm/lvmd.sock}
+
+lvm=$(command -v lvm) || { echo "setup-lvm: lvm not found (install lvm2)" >&2; exit 1; }
+
+# google/lvmd execs these by bare name through $PATH.
+for name in lvs vgs pvs lvcreate lvremove lvchange vgchange; do
+  command -v "$name" >/dev/null || ln -sf "$lvm" "/usr/local/sbin/$name"
+done
+
+if ! "$lvm" vgs "$VG" >/dev/null 2>&1; then
+  mkdir -p "$(dirname "$FILE")"
+  fresh=
+  [ -f "$FILE" ] || { truncate -s "$SIZE" "$FILE"; fresh=1; }
+  # `losetup -f` then attach: busybox's losetup has no --show.
+  dev=$(losetup -f)
+  losetup "$dev" "$FILE"
+  if [ -n "$fresh" ]; then
+    "$lvm" vgcreate -y "$VG" "$dev"
+    "$lvm" lvcreate -y --type thin-pool -L "$POOL_SIZE" -n "$POOL" "$VG"
+  else
+    # The file survived a reboot (Vagrant) but its loop device did not.
+    "$lvm" vgchange -ay "$VG"
+  fi
+fi
+
+# spare-gb must be set: lvmd keeps 10 GiB free per class by default, more than
+# the whole test VG. lvm-command-prefix runs lvm directly; the default wraps it
+# in `nsenter -t 1`, meant for a pod.
+mkdir -p "$(dirname "$CONFIG")" "$(dirname "$SOCKET")"
+cat >"$CONFIG" <<EOF
+socket-name: $SOCKET
+lvm-command-prefix: ["$lvm"]
+device-classes:
+  - name: thick
+    volume-group: $VG
+    type: thick
+    default: true
+    spare-gb: 0
+  - name: thin
+    volume-group: $VG
+    type: thin
+    spare-gb: 0
+    thin-pool:
+      name: $POOL
+      overprovision-ratio: 5
+EOF
+echo "setup-lvm: $VG on $FILE ($SIZE), thin pool $VG/$POOL ($POOL_SIZE), lvmd config $CONFIG"

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Builds a real etcd and kube-apiserver from the Go module proxy into a cache
+# keyed by version, and prints the directory that holds them (usable as
+# KUBEBUILDER_ASSETS). Skips the build when the cached binaries exist.
+set -euo pipefail
+
+ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
+KUBE_VERSION=${KUBE_VERSION:-v1.37.2}
+CACHE=${LVM_AGENT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lvm-agent}
+OUT=$CACHE/kube-assets/etcd-$ETCD_VERSION-kube-$KUBE_VERSION
+export CGO_ENABLED=0 GOFLAGS=-mod=mod
+
+log() { echo "kube-assets: $*" >&2; }
+
+build_etcd() {
+  [ -x "$OUT/etcd" ] && return
+  local w=$CACHE/src/etcd-$ETCD_VERSION
+  mkdir -p "$w" && cd "$w"
+  [ -f go.mod ] || go mod init lvm-agent/etcd-build >/dev/null 2>&1
+  log "building etcd $ETCD_VERSION (cold: ~3 min)"
+  go get -tool "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >/dev/null 2>&1
+  go build -trimpath -o "$OUT/etcd.tmp" go.etcd.io/etcd/server/v3
+  mv "$OUT/etcd.tmp" "$OUT/etcd"
+}
+
+build_apiserver() {
+  [ -x "$OUT/kube-apiserver" ] && return
+  local w=$CACHE/src/kube-$KUBE_VERSION staging=v0${KUBE_VERSION#v1}
+  mkdir -p "$w" && cd "$w"
+  if [ ! -f go.mod ]; then
+    go mod init lvm-agent/kube-build >/dev/null 2>&1
+    local gomod
+    gomod=$(go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+    # kubernetes points its staging modules at ./staging; use the published ones.
+    grep -oE '^\s*k8s\.io/[a-z0-9-]+ => \./staging' "$gomod" | awk '{print $1}' |
+      grep -vE 'sample-(cli-plugin|controller)' |
+      while read -r m; do go mod edit -replace "$m=$m@$staging"; done
+  fi
+  log "building kube-apiserver $KUBE_VERSION (cold: 8-20 min)"
+  go get -tool "k8s.io/kubernetes/cmd/kube-apiserver@$KUBE_VERSION" >/dev/null 2>&1
+  go build -trimpath -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${KUBE_VERSION#v1.}" \
+    -o "$OUT/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
+  mv "$OUT/kube-apiserver.tmp" "$OUT/kube-apiserver"
+}
+
+mkdir -p "$OUT"
+build_etcd
+build_apiserver
+echo "$OUT"

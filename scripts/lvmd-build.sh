@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Builds the two real lvmd daemons the agent talks to, static (CGO_ENABLED=0) so
+# they run in the initramfs guest, into a cache keyed by version; prints the
+# directory. Skips a build when its binary is already cached.
+#   lvmd         topolvm's lvmd (unix socket)
+#   google-lvmd  google/lvmd's server (TCP, execs lvs/vgs/... by bare name)
+# Neither can be `go install`ed: the proxy refuses to list their versions, so
+# each is built from a tiny wrapper module in the cache (never in the repo).
+set -euo pipefail
+
+TOPOLVM_VERSION=${TOPOLVM_VERSION:-v0.41.0}
+GOOGLE_LVMD_VERSION=${GOOGLE_LVMD_VERSION:-v0.0.0-20200421122210-17bd8b9f710f}
+CACHE=${LVM_AGENT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lvm-agent}
+OUT=$CACHE/lvmd/topolvm-$TOPOLVM_VERSION-google-$GOOGLE_LVMD_VERSION
+export CGO_ENABLED=0 GOFLAGS=-mod=mod
+
+log() { echo "lvmd-build: $*" >&2; }
+
+build_topolvm() {
+  [ -x "$OUT/lvmd" ] && return
+  local w=$CACHE/src/topolvm-lvmd-$TOPOLVM_VERSION
+  mkdir -p "$w" && cd "$w"
+  if [ ! -f main.go ]; then
+    go mod init lvm-agent/topolvm-lvmd >/dev/null 2>&1
+    cat >main.go <<'GO'
+package main
+
+import "github.com/topolvm/topolvm/cmd/lvmd/app"
+
+func main() { app.Execute() }
+GO
+  fi
+  log "building topolvm lvmd $TOPOLVM_VERSION (cold: ~3.5 min)"
+  go get "github.com/topolvm/topolvm@$TOPOLVM_VERSION" >/dev/null 2>&1
+  go mod tidy >/dev/null 2>&1
+  go build -trimpath -ldflags "-s -w" -o "$OUT/lvmd.tmp" .
+  mv "$OUT/lvmd.tmp" "$OUT/lvmd"
+}
+
+build_google() {
+  [ -x "$OUT/google-lvmd" ] && return
+  local w=$CACHE/src/google-lvmd-$GOOGLE_LVMD_VERSION
+  mkdir -p "$w" && cd "$w"
+  [ -f go.mod ] || go mod init lvm-agent/google-lvmd >/dev/null 2>&1
+  log "building google/lvmd $GOOGLE_LVMD_VERSION (cold: ~45 s)"
+  go get -tool "github.com/google/lvmd@$GOOGLE_LVMD_VERSION" >/dev/null 2>&1
+  go build -trimpath -ldflags "-s -w" -o "$OUT/google-lvmd.tmp" github.com/google/lvmd
+  mv "$OUT/google-lvmd.tmp" "$OUT/google-lvmd"
+}
+
+mkdir -p "$OUT"
+build_topolvm
+build_google
+echo "$OUT"
