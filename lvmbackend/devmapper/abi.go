@@ -99,11 +99,12 @@ const (
 	cmdTableStatus = 12
 )
 
-// iowr is the kernel's _IOWR(type, nr, size) for the asm-generic ioctl
-// encoding (x86, arm, arm64, riscv, s390, loongarch): 2 direction bits, 14
-// size bits, 8 type bits, 8 number bits. abi_linux_test.go checks the result
-// against golang.org/x/sys/unix's per-architecture constants, which would
-// catch an architecture with another encoding (mips, powerpc, sparc).
+// iowr is the kernel's _IOWR(type, nr, size): direction bits (read|write)
+// at the top, then the size, type and number. The encodings differ between
+// architectures in the number of direction and size bits, but for a 312-byte
+// struct they all produce the same value (x/sys/unix keeps DM_VERSION and
+// friends in its architecture-independent file); abi_linux_test.go checks
+// the result against those constants.
 func iowr(typ, nr, size uintptr) uintptr {
 	const (
 		dirRead  = 2
@@ -188,11 +189,11 @@ func decodeHeader(buf []byte) header {
 // bytes it actually wrote (header only: offsetof(data) = 305), so a reply
 // whose data_size does not reach past data_start has no payload.
 func (h header) payload(bufLen int) (start, end int, ok bool) {
-	start, end = int(h.dataStart), int(h.dataSize)
-	if end > bufLen || start < offData || start >= end {
+	// Compared as uint64 so 32-bit platforms cannot see negative offsets.
+	if uint64(h.dataSize) > uint64(bufLen) || h.dataStart < offData || h.dataStart >= h.dataSize {
 		return 0, 0, false
 	}
-	return start, end, true
+	return int(h.dataStart), int(h.dataSize), true
 }
 
 // cString returns b up to its first NUL (all of b when there is none).

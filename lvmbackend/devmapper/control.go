@@ -75,6 +75,9 @@ func newControl(path string, ioctl ioctlFunc, closeFn func() error) *Control {
 	return &Control{path: path, ioctl: ioctl, close: closeFn}
 }
 
+// Path is the control node this Control was opened on.
+func (c *Control) Path() string { return c.path }
+
 // Close releases the control node. Calls after the first return nil.
 func (c *Control) Close() error {
 	if c.closed.Swap(true) {
@@ -156,7 +159,7 @@ func (c *Control) roundTrip(ctx context.Context, req uintptr, r request, size in
 			rep := &reply{buf: buf, hdr: hdr, pooled: pooled}
 			// The kernel copies back data_size bytes of what we offered,
 			// so more than that is not a reply we can trust.
-			if int(hdr.dataSize) > len(buf) {
+			if uint64(hdr.dataSize) > uint64(len(buf)) {
 				rep.release()
 				return nil, malformed(op, r.name, "data_size %d exceeds the %d-byte buffer", hdr.dataSize, len(buf))
 			}

@@ -117,6 +117,7 @@ func TestClosedControl(t *testing.T) {
 	closes := 0
 	k := replies(t)
 	c := newControl("fake", k.ioctl, func() error { closes++; return nil })
+	assert.Equal(t, "fake", c.Path())
 	require.NoError(t, c.Close())
 	require.NoError(t, c.Close())
 	assert.Equal(t, 1, closes)

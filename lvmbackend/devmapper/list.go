@@ -70,16 +70,16 @@ func decodeNameList(buf []byte, h header, askedUUID bool) ([]Device, error) {
 			return nil, malformed(op, "", "record at %d overruns payload end %d", off, end)
 		}
 		dev := ne.Uint64(buf[off+nameListOffDev:])
-		next := int(ne.Uint32(buf[off+nameListOffNext:]))
+		rel := uint64(ne.Uint32(buf[off+nameListOffNext:]))
 		nameStart := off + nameListOffName
 		recEnd := end
-		if next != 0 {
+		if rel != 0 {
 			// next must move past this record's name; anything else is a
 			// corrupt or looping list.
-			if next <= nameListOffName || next > end-off {
-				return nil, malformed(op, "", "record at %d has next %d (payload end %d)", off, next, end)
+			if rel <= nameListOffName || rel > uint64(end-off) {
+				return nil, malformed(op, "", "record at %d has next %d (payload end %d)", off, rel, end)
 			}
-			recEnd = off + next
+			recEnd = off + int(rel)
 		}
 		nul := bytes.IndexByte(buf[nameStart:recEnd], 0)
 		if nul < 0 {
@@ -114,10 +114,10 @@ func decodeNameList(buf []byte, h header, askedUUID bool) ([]Device, error) {
 			}
 		}
 		devs = append(devs, d)
-		if next == 0 {
+		if rel == 0 {
 			return devs, nil
 		}
-		off += next
+		off = recEnd
 	}
 }
 

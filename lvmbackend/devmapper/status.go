@@ -76,8 +76,13 @@ func decodeTargets(buf []byte, h header) ([]Target, error) {
 		return nil, malformed(op, h.name, "%d targets but no payload", h.targetCount)
 	}
 	// A hostile target_count must not size an allocation: every spec
-	// takes at least sizeofTargetSpec+1 bytes of payload.
-	targets := make([]Target, 0, min(int(h.targetCount), (end-start)/(sizeofTargetSpec+1)))
+	// takes at least sizeofTargetSpec+1 bytes of payload. (Compared as
+	// uint64: on 32-bit platforms int(targetCount) can be negative.)
+	capacity := (end - start) / (sizeofTargetSpec + 1)
+	if uint64(h.targetCount) < uint64(capacity) {
+		capacity = int(h.targetCount)
+	}
+	targets := make([]Target, 0, capacity)
 	ne := binary.NativeEndian
 	off := start
 	for i := uint32(0); i < h.targetCount; i++ {
@@ -98,11 +103,15 @@ func decodeTargets(buf []byte, h header) ([]Target, error) {
 		if i+1 == h.targetCount {
 			break
 		}
-		next := start + int(ne.Uint32(buf[off+specOffNext:]))
+		rel := uint64(ne.Uint32(buf[off+specOffNext:]))
+		if rel > uint64(end-start) {
+			return nil, malformed(op, h.name, "target %d: next spec at payload offset %d, payload is %d bytes", i, rel, end-start)
+		}
 		// The next spec must start after this one's params, or the walk
 		// could revisit records forever.
-		if next < paramsStart+n+1 || next > end {
-			return nil, malformed(op, h.name, "target %d: next spec at %d (params end %d, payload end %d)", i, next, paramsStart+n+1, end)
+		next := start + int(rel)
+		if next < paramsStart+n+1 {
+			return nil, malformed(op, h.name, "target %d: next spec at %d overlaps params ending at %d", i, next, paramsStart+n+1)
 		}
 		off = next
 	}

@@ -1,0 +1,283 @@
+package agent
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/lvmbackend"
+	"github.com/lvm-agent/lvm-agent/lvmbackend/lvmdfake"
+)
+
+const node = "node-a"
+
+type env struct {
+	client *fake.Clientset
+	lvm    *lvmdfake.LVM
+	lvmd   *lvmdfake.Topolvm
+	socket string
+	agent  *Agent
+}
+
+// start runs an agent against a fake clientset and a fake lvmd speaking
+// topolvm's wire protocol on a unix socket.
+func start(t *testing.T, cfg Config, objs ...any) *env {
+	t.Helper()
+	e := &env{client: fake.NewClientset(), socket: filepath.Join(t.TempDir(), "lvmd.sock")}
+	e.lvm = lvmdfake.NewLVM(
+		lvmdfake.Class{Name: "thick", VG: "vg0", SizeBytes: 1 << 30},
+		lvmdfake.Class{Name: "thin", VG: "vg0", SizeBytes: 1 << 30, Thin: true, Overprovision: 5},
+	)
+	e.lvmd = lvmdfake.NewTopolvm(e.lvm)
+	require.NoError(t, e.lvmd.Serve(e.socket))
+	t.Cleanup(e.lvmd.Stop)
+	backend, err := lvmbackend.NewTopolvm(e.socket)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = backend.Close() })
+	cfg.Node = kube.Node{Name: node, Drivers: []string{kube.DefaultDriver}}
+	cfg.BackoffBase, cfg.BackoffMax = 10*time.Millisecond, 100*time.Millisecond
+	cfg.Workers = 4
+	inf := kube.NewInformers(e.client, node, kube.WatchAll)
+	e.agent, err = New(cfg, e.client, backend, record.NewFakeRecorder(1000), inf, nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = e.agent.Run(ctx, time.Second); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return e
+}
+
+func (e *env) pvc(t *testing.T, ns, name, selected string, ann map[string]string) *corev1.PersistentVolumeClaim {
+	t.Helper()
+	a := map[string]string{kube.AnnSelectedNode: selected}
+	for k, v := range ann {
+		a[k] = v
+	}
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(ns + "-" + name + "-uid"), Annotations: a}}
+	out, err := e.client.CoreV1().PersistentVolumeClaims(ns).Create(context.Background(), pvc, metav1.CreateOptions{})
+	require.NoError(t, err)
+	return out
+}
+
+func (e *env) pv(t *testing.T, name, selected string, claimUID types.UID, ann map[string]string) {
+	t.Helper()
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: ann},
+		Spec: corev1.PersistentVolumeSpec{
+			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: kube.DefaultDriver, VolumeHandle: name}},
+			NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{selected}}}}}}},
+		}}
+	if claimUID != "" {
+		pv.Spec.ClaimRef = &corev1.ObjectReference{UID: claimUID}
+	}
+	_, err := e.client.CoreV1().PersistentVolumes().Create(context.Background(), pv, metav1.CreateOptions{})
+	require.NoError(t, err)
+}
+
+// waitPVC waits until the PVC's lifecycle leaves "creating" and returns its annotations.
+func (e *env) waitPVC(t *testing.T, ns, name string) map[string]string {
+	return e.wait(t, func(ctx context.Context) (metav1.Object, error) {
+		return e.client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+	}, kube.StateCreating)
+}
+
+func (e *env) waitPV(t *testing.T, name string) map[string]string {
+	return e.wait(t, func(ctx context.Context) (metav1.Object, error) {
+		return e.client.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
+	}, kube.StateDeleting)
+}
+
+func (e *env) wait(t *testing.T, get func(context.Context) (metav1.Object, error), pending string) map[string]string {
+	t.Helper()
+	var ann map[string]string
+	err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		o, err := get(ctx)
+		if err != nil {
+			return false, err
+		}
+		ann = o.GetAnnotations()
+		return ann[kube.AnnLifecycle] != pending, nil
+	})
+	require.NoError(t, err, "annotations: %v", ann)
+	return ann
+}
+
+// patches counts the patches the agent sent.
+func (e *env) patches() int {
+	n := 0
+	for _, a := range e.client.Actions() {
+		if a.GetVerb() == "patch" {
+			n++
+		}
+	}
+	return n
+}
+
+func spec(s string) map[string]string {
+	return map[string]string{kube.AnnLifecycle: kube.StateCreating, kube.AnnSpec: s}
+}
+
+func TestCreate(t *testing.T) {
+	cases := []struct {
+		name       string
+		spec       string
+		existing   *lvmdfake.LV // an LV made before the request
+		wantState  string
+		wantReason string
+		wantSize   uint64 // of the LV afterwards (0: no LV)
+	}{
+		{name: "thick", spec: `{"volumeGroup":"thick","name":"lv1","size":10485760}`, wantState: kube.StateCreated, wantSize: 12 << 20},
+		{name: "rounded to extents", spec: `{"volumeGroup":"thick","name":"lv1","size":1}`, wantState: kube.StateCreated, wantSize: 4 << 20},
+		{name: "thin", spec: `{"volumeGroup":"thin","name":"lv1","size":4194304,"tags":["app"],"striping":false}`, wantState: kube.StateCreated, wantSize: 4 << 20},
+		{name: "bad json", spec: `{"volumeGroup":`, wantState: kube.StateFailed, wantReason: kube.ReasonInvalidSpec},
+		{name: "zero size", spec: `{"volumeGroup":"thick","name":"lv1","size":0}`, wantState: kube.StateFailed, wantReason: kube.ReasonInvalidSpec},
+		{name: "option-like name", spec: `{"volumeGroup":"thick","name":"-rf","size":4096}`, wantState: kube.StateFailed, wantReason: kube.ReasonInvalidSpec},
+		{name: "path name", spec: `{"volumeGroup":"thick","name":"../vg1/x","size":4096}`, wantState: kube.StateFailed, wantReason: kube.ReasonInvalidSpec},
+		{name: "spoofed owner tag", spec: `{"volumeGroup":"thick","name":"lv1","size":4096,"tags":["lvm-agent.pvc.other"]}`, wantState: kube.StateFailed, wantReason: kube.ReasonInvalidSpec},
+		{name: "striping unconfigured", spec: `{"volumeGroup":"thick","name":"lv1","size":4096,"striping":true}`, wantState: kube.StateFailed, wantReason: kube.ReasonInvalidSpec},
+		{name: "unknown vg", spec: `{"volumeGroup":"nope","name":"lv1","size":4096}`, wantState: kube.StateFailed, wantReason: kube.ReasonUnknownVolumeGroup},
+		{name: "vg full", spec: `{"volumeGroup":"thick","name":"lv1","size":2147483648}`, wantState: kube.StateFailed, wantReason: kube.ReasonInsufficientCapacity},
+		{name: "name held by a foreign LV", spec: `{"volumeGroup":"thick","name":"lv1","size":4096}`,
+			existing: &lvmdfake.LV{Name: "lv1", SizeBytes: 8 << 20, Tags: []string{"someone-else"}},
+			wantState: kube.StateFailed, wantReason: kube.ReasonNameConflict, wantSize: 8 << 20},
+		{name: "our LV from an earlier attempt", spec: `{"volumeGroup":"thick","name":"lv1","size":4096}`,
+			existing:  &lvmdfake.LV{Name: "lv1", SizeBytes: 4096, Tags: []string{OwnerTag("default-pvc-uid")}},
+			wantState: kube.StateCreated, wantSize: 4 << 20},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := start(t, Config{})
+			class := "thick"
+			if tc.name == "thin" {
+				class = "thin"
+			}
+			if tc.existing != nil {
+				_, err := e.lvm.Create(class, tc.existing.Name, tc.existing.SizeBytes, tc.existing.Tags)
+				require.NoError(t, err)
+			}
+			e.pvc(t, "default", "pvc", node, spec(tc.spec))
+			ann := e.waitPVC(t, "default", "pvc")
+			assert.Equal(t, tc.wantState, ann[kube.AnnLifecycle])
+			assert.Equal(t, tc.wantReason, ann[kube.AnnReason])
+			time.Sleep(50 * time.Millisecond) // room for a wrong second write
+			assert.Equal(t, 1, e.patches(), "one write per transition")
+			if tc.wantState == kube.StateFailed {
+				assert.NotEmpty(t, ann[kube.AnnError])
+			} else {
+				assert.NotContains(t, ann, kube.AnnError)
+			}
+			lvs, err := e.lvm.List(class)
+			require.NoError(t, err)
+			if tc.wantSize == 0 {
+				assert.Empty(t, lvs)
+				return
+			}
+			require.Len(t, lvs, 1)
+			assert.Equal(t, tc.wantSize, lvs[0].SizeBytes)
+			if tc.wantState == kube.StateCreated {
+				assert.Contains(t, lvs[0].Tags, OwnerTag("default-pvc-uid"))
+			}
+		})
+	}
+}
+
+func TestDelete(t *testing.T) {
+	const claim = types.UID("claim-uid")
+	cases := []struct {
+		name          string
+		pvSpec        string
+		claimUID      types.UID
+		tags          []string // of the LV before the request (nil: no LV)
+		allowUntagged bool
+		wantState     string
+		wantReason    string
+		wantLVLeft    bool
+	}{
+		{name: "ours", pvSpec: "thick/lv1", claimUID: claim, tags: []string{OwnerTag(claim)}, wantState: kube.StateDeleted},
+		{name: "json spec", pvSpec: `{"volumeGroup":"thick","name":"lv1"}`, tags: []string{OwnerTag(claim)}, wantState: kube.StateDeleted},
+		{name: "absent", pvSpec: "thick/lv1", wantState: kube.StateDeleted},
+		{name: "protected", pvSpec: "thick/lv1", tags: []string{OwnerTag(claim), ProtectedTag}, wantState: kube.StateFailed, wantReason: kube.ReasonProtected, wantLVLeft: true},
+		{name: "untagged", pvSpec: "thick/lv1", tags: []string{}, wantState: kube.StateFailed, wantReason: kube.ReasonNameConflict, wantLVLeft: true},
+		{name: "untagged allowed", pvSpec: "thick/lv1", tags: []string{}, allowUntagged: true, wantState: kube.StateDeleted},
+		{name: "another claim's LV", pvSpec: "thick/lv1", claimUID: claim, tags: []string{OwnerTag("other")}, wantState: kube.StateFailed, wantReason: kube.ReasonNameConflict, wantLVLeft: true},
+		{name: "bad spec", pvSpec: "lv1", wantState: kube.StateFailed, wantReason: kube.ReasonInvalidSpec},
+		{name: "unknown vg", pvSpec: "nope/lv1", wantState: kube.StateFailed, wantReason: kube.ReasonUnknownVolumeGroup},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := start(t, Config{AllowUntagged: tc.allowUntagged})
+			if tc.tags != nil {
+				_, err := e.lvm.Create("thick", "lv1", 4096, tc.tags)
+				require.NoError(t, err)
+			}
+			e.pv(t, "pv1", node, tc.claimUID, map[string]string{kube.AnnLifecycle: kube.StateDeleting, kube.AnnSpec: tc.pvSpec})
+			ann := e.waitPV(t, "pv1")
+			assert.Equal(t, tc.wantState, ann[kube.AnnLifecycle])
+			assert.Equal(t, tc.wantReason, ann[kube.AnnReason])
+			lvs, err := e.lvm.List("thick")
+			require.NoError(t, err)
+			assert.Equal(t, tc.wantLVLeft, len(lvs) == 1)
+		})
+	}
+}
+
+// Requests of other nodes, and objects without a request, are not touched.
+func TestIgnoresForeign(t *testing.T) {
+	e := start(t, Config{})
+	e.pvc(t, "default", "other-node", "node-b", spec(`{"volumeGroup":"thick","name":"lv1","size":4096}`))
+	e.pvc(t, "default", "no-lifecycle", node, map[string]string{kube.AnnSpec: `{"volumeGroup":"thick","name":"lv2","size":4096}`})
+	e.pv(t, "pv-other", "node-b", "", map[string]string{kube.AnnLifecycle: kube.StateDeleting, kube.AnnSpec: "thick/lv1"})
+	// A request of ours after them: once it is answered, the others were seen.
+	e.pvc(t, "default", "mine", node, spec(`{"volumeGroup":"thick","name":"lv3","size":4096}`))
+	assert.Equal(t, kube.StateCreated, e.waitPVC(t, "default", "mine")[kube.AnnLifecycle])
+	for _, name := range []string{"other-node", "no-lifecycle"} {
+		pvc, err := e.client.CoreV1().PersistentVolumeClaims("default").Get(context.Background(), name, metav1.GetOptions{})
+		require.NoError(t, err)
+		assert.NotEqual(t, kube.StateCreated, pvc.Annotations[kube.AnnLifecycle], name)
+	}
+	lvs, _ := e.lvm.List("thick")
+	require.Len(t, lvs, 1)
+	assert.Equal(t, "lv3", lvs[0].Name)
+}
+
+// The same PVC name in two namespaces is two requests (the original agent
+// keyed PVCs by name only).
+func TestSameNameTwoNamespaces(t *testing.T) {
+	e := start(t, Config{})
+	e.pvc(t, "ns1", "data", node, spec(`{"volumeGroup":"thick","name":"ns1-data","size":4096}`))
+	e.pvc(t, "ns2", "data", node, spec(`{"volumeGroup":"thick","name":"ns2-data","size":4096}`))
+	assert.Equal(t, kube.StateCreated, e.waitPVC(t, "ns1", "data")[kube.AnnLifecycle])
+	assert.Equal(t, kube.StateCreated, e.waitPVC(t, "ns2", "data")[kube.AnnLifecycle])
+	lvs, _ := e.lvm.List("thick")
+	assert.Len(t, lvs, 2)
+}
+
+// A transient lvmd error is written as volume.error and retried; the request
+// then completes and the error is removed.
+func TestTransientErrorRetried(t *testing.T) {
+	e := start(t, Config{})
+	fails := 3
+	e.lvm.SetHook(func(op, _, _ string) error {
+		if op == "create" && fails > 0 {
+			fails--
+			return assert.AnError
+		}
+		return nil
+	})
+	e.pvc(t, "default", "pvc", node, spec(`{"volumeGroup":"thick","name":"lv1","size":4096}`))
+	ann := e.waitPVC(t, "default", "pvc")
+	assert.Equal(t, kube.StateCreated, ann[kube.AnnLifecycle])
+	assert.NotContains(t, ann, kube.AnnError)
+	assert.NotContains(t, ann, kube.AnnReason)
+}
