@@ -149,7 +149,7 @@ func TestCreate(t *testing.T) {
 		{name: "unknown vg", spec: `{"volumeGroup":"nope","name":"lv1","size":4096}`, wantState: kube.StateFailed, wantReason: kube.ReasonUnknownVolumeGroup},
 		{name: "vg full", spec: `{"volumeGroup":"thick","name":"lv1","size":2147483648}`, wantState: kube.StateFailed, wantReason: kube.ReasonInsufficientCapacity},
 		{name: "name held by a foreign LV", spec: `{"volumeGroup":"thick","name":"lv1","size":4096}`,
-			existing: &lvmdfake.LV{Name: "lv1", SizeBytes: 8 << 20, Tags: []string{"someone-else"}},
+			existing:  &lvmdfake.LV{Name: "lv1", SizeBytes: 8 << 20, Tags: []string{"someone-else"}},
 			wantState: kube.StateFailed, wantReason: kube.ReasonNameConflict, wantSize: 8 << 20},
 		{name: "our LV from an earlier attempt", spec: `{"volumeGroup":"thick","name":"lv1","size":4096}`,
 			existing:  &lvmdfake.LV{Name: "lv1", SizeBytes: 4096, Tags: []string{OwnerTag("default-pvc-uid")}},

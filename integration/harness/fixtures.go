@@ -2,33 +2,23 @@ package harness
 
 import (
 	"context"
-	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-
-	"github.com/lvm-agent/lvm-agent/kube"
 )
 
 // PVC creates a PVC whose selected node is node (a scheduler's choice).
-func PVC(t testing.TB, c kubernetes.Interface, ns, name, node string) *corev1.PersistentVolumeClaim {
+func PVC(t TB, c kubernetes.Interface, ns, name, node string) *corev1.PersistentVolumeClaim {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := c.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err != nil {
 		_, _ = c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 	}
-	pvc := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: map[string]string{kube.AnnSelectedNode: node}},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
-		},
-	}
+	pvc := NewPVC(ns, name, node)
 	out, err := c.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create PVC %s/%s: %v", ns, name, err)
@@ -37,21 +27,9 @@ func PVC(t testing.TB, c kubernetes.Interface, ns, name, node string) *corev1.Pe
 }
 
 // PV creates a CSI PV of driver pinned to node by node affinity, bound to claimUID when not empty.
-func PV(t testing.TB, c kubernetes.Interface, name, node, driver string, claimUID types.UID) *corev1.PersistentVolume {
+func PV(t TB, c kubernetes.Interface, name, node, driver string, claimUID types.UID) *corev1.PersistentVolume {
 	t.Helper()
-	pv := &corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: corev1.PersistentVolumeSpec{
-			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
-			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimDelete,
-			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
-				Driver: driver, VolumeHandle: name}},
-			NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
-				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}},
-			}}}},
-		},
-	}
+	pv := NewPV(name, node, driver, nil, "")
 	if claimUID != "" {
 		pv.Spec.ClaimRef = &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: "default", Name: "claim", UID: claimUID}
 	}
@@ -65,7 +43,7 @@ func PV(t testing.TB, c kubernetes.Interface, name, node, driver string, claimUI
 // WaitFor polls get until cond holds or timeout passes, and returns the
 // annotations last seen. Tests use the provisioner helpers (which watch) for
 // the protocol itself; this is for checks on objects they did not write.
-func WaitFor(t testing.TB, timeout time.Duration, get func(context.Context) (metav1.Object, error), cond func(map[string]string) bool) map[string]string {
+func WaitFor(t TB, timeout time.Duration, get func(context.Context) (metav1.Object, error), cond func(map[string]string) bool) map[string]string {
 	t.Helper()
 	var last map[string]string
 	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {

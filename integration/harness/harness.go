@@ -11,13 +11,23 @@ import (
 	"path/filepath"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
+
+// TB is the part of testing.TB the harness needs, so that TestMain and
+// non-test programs can use it too.
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+	Logf(format string, args ...any)
+	Cleanup(func())
+	TempDir() string
+	Failed() bool
+}
 
 // ControlPlane is a running etcd + kube-apiserver.
 type ControlPlane struct {
@@ -27,38 +37,17 @@ type ControlPlane struct {
 	Kubeconfig string // an admin kubeconfig file for child processes
 }
 
-// StartControlPlane starts etcd and kube-apiserver from $KUBEBUILDER_ASSETS.
-// A missing asset is a test failure, never a skip: `make test` builds them.
-func StartControlPlane(t testing.TB, startTimeout time.Duration) *ControlPlane {
+// StartControlPlane starts etcd and kube-apiserver from $KUBEBUILDER_ASSETS
+// for a test. A missing asset is a test failure, never a skip: `make test`
+// builds them.
+func StartControlPlane(t TB, startTimeout time.Duration) *ControlPlane {
 	t.Helper()
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	for _, bin := range []string{"etcd", "kube-apiserver"} {
-		if _, err := os.Stat(filepath.Join(assets, bin)); err != nil {
-			t.Fatalf("KUBEBUILDER_ASSETS=%q has no %s (run scripts/kube-assets.sh, or `make test`): %v", assets, bin, err)
-		}
-	}
-	env := &envtest.Environment{BinaryAssetsDirectory: assets, ControlPlaneStartTimeout: startTimeout, ControlPlaneStopTimeout: time.Minute}
-	// A loopback-only host needs no endpoint reconciler (notes/dependencies.md).
-	env.ControlPlane.GetAPIServer().Configure().Set("endpoint-reconciler-type", "none")
-	cfg, err := env.Start()
+	cp, err := StartDevCluster("", t.TempDir(), startTimeout)
 	if err != nil {
-		t.Fatalf("start etcd + kube-apiserver: %v", err)
+		t.Fatalf("%v", err)
 	}
-	t.Cleanup(func() { _ = env.Stop() })
-	cfg.QPS, cfg.Burst = 500, 1000
-	user, err := env.AddUser(envtest.User{Name: "lvm-agent-test", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		t.Fatalf("admin user: %v", err)
-	}
-	kc, err := user.KubeConfig()
-	if err != nil {
-		t.Fatalf("admin kubeconfig: %v", err)
-	}
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(path, kc, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return &ControlPlane{Env: env, Config: cfg, Client: kubernetes.NewForConfigOrDie(cfg), Kubeconfig: path}
+	t.Cleanup(func() { _ = cp.Env.Stop() })
+	return cp
 }
 
 // Process is a running lvm-agent.
@@ -72,7 +61,7 @@ type Process struct {
 
 // AgentBinary is the lvm-agent binary under test: $LVM_AGENT_BIN, or built
 // once from the module into dir.
-func AgentBinary(t testing.TB, dir string) string {
+func AgentBinary(t TB, dir string) string {
 	t.Helper()
 	if bin := os.Getenv("LVM_AGENT_BIN"); bin != "" {
 		return bin
@@ -87,7 +76,7 @@ func AgentBinary(t testing.TB, dir string) string {
 }
 
 // StartAgent runs bin with args; its output is kept for Output and shown when the test fails.
-func StartAgent(t testing.TB, bin string, args ...string) *Process {
+func StartAgent(t TB, bin string, args ...string) *Process {
 	t.Helper()
 	p := &Process{Cmd: exec.Command(bin, args...), done: make(chan struct{})}
 	p.Cmd.Stdout, p.Cmd.Stderr = (*lockedWriter)(p), (*lockedWriter)(p)

@@ -1,0 +1,383 @@
+//go:build guest
+
+package guest
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/lvm-agent/lvm-agent/integration/harness"
+	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/lvmbackend"
+)
+
+const benchSize = 4 << 20
+
+var flagBenchSample = flag.Bool("guest.bench-sample", true, "TestBench: sample lvm processes from /proc to show where the time goes")
+
+// TestBench measures, in the guest, what the agent adds to lvmd:
+//
+//	(a) raw lvmd CreateLV / RemoveLV through lvmbackend.Topolvm,
+//	(b) end to end through the agent: request written -> created / deleted seen,
+//	(c) a burst of creates: all requests written -> all created,
+//
+// with the goals (b)/(a) <= 1.10 and (c)/(n x a) <= 1.05. Whatever the
+// result, it prints the table and where the time goes: which lvm commands
+// lvmd ran per request (sampled from /proc), the informer latency, and the
+// agent's own view of its operations (its /metrics).
+func TestBench(t *testing.T) {
+	if !*flagBench {
+		t.Skip("run with -guest.bench (scripts/vm/bench-lvm.sh)")
+	}
+	n, burst := *flagBenchN, *flagBenchBurst
+	ctx := context.Background()
+	const dc = "thick"
+	vg := volumeGroup{spec: topolvmVG, vg: topolvmVG}
+	t.Cleanup(func() { _, _ = lvm("lvremove", "-y", "-S", `lv_name=~"^bench-"`, topolvmVG) })
+	r := &report{}
+
+	// (a) lvmd alone.
+	b, err := lvmbackend.NewTopolvm(env.socket)
+	require.NoError(t, err)
+	defer b.Close()
+	_, err = b.ListVolumes(ctx, dc) // connect, warm lvm's caches
+	require.NoError(t, err)
+	var list, create, remove []time.Duration
+	var lvmA []lvmRun
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("bench-raw-%02d", i)
+		sm := startSampler()
+		t0 := time.Now()
+		_, err := b.ListVolumes(ctx, dc)
+		require.NoError(t, err)
+		list = append(list, time.Since(t0))
+		t0 = time.Now()
+		_, err = b.CreateVolume(ctx, lvmbackend.CreateRequest{DeviceClass: dc, Name: name, SizeBytes: benchSize, Tags: []string{"bench"}})
+		require.NoError(t, err)
+		create = append(create, time.Since(t0))
+		t0 = time.Now()
+		require.NoError(t, b.RemoveVolume(ctx, dc, name))
+		remove = append(remove, time.Since(t0))
+		lvmA = append(lvmA, sm.stop()...)
+	}
+	aCreate, aRemove, aList := median(create), median(remove), median(list)
+	logf("bench (a) done: CreateLV %v, RemoveLV %v, GetLVList %v", aCreate, aRemove, aList)
+
+	// Informer latency: a patch, until a watch started before it shows it.
+	s := newTopolvmStack(t)
+	s.node, s.short, s.metrics = "bench-node", "bench", "127.0.0.1:19812"
+	ns := "bench"
+	ping := harness.PVC(t, env.cp.Client, ns, "bench-ping", "nobody")
+	var lat []time.Duration
+	w, err := env.cp.Client.CoreV1().PersistentVolumeClaims(ns).Watch(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("metadata.name", ping.Name).String(), ResourceVersion: ping.ResourceVersion})
+	require.NoError(t, err)
+	for i := 0; i < n; i++ {
+		v := strconv.Itoa(i)
+		t0 := time.Now()
+		_, err := kube.UpdatePvcWithAnnotations(ctx, env.cp.Client, ns, ping.Name, "", kube.Set(map[string]string{"bench/ping": v}), nil)
+		require.NoError(t, err)
+		for ev := range w.ResultChan() {
+			if o, ok := ev.Object.(*corev1.PersistentVolumeClaim); ok && ev.Type == watch.Modified && o.Annotations["bench/ping"] == v {
+				break
+			}
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	w.Stop()
+	watchLat := median(lat)
+
+	// (b) through the agent, one request at a time.
+	s.startAgent(t, true)
+	m0 := scrape(t, s.metrics)
+	var e2eCreate, e2eDelete []time.Duration
+	var lvmB []lvmRun
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("bench-e2e-%02d", i)
+		pvc := harness.PVC(t, env.cp.Client, ns, name, s.node)
+		pv := harness.PV(t, env.cp.Client, name, s.node, kube.DefaultDriver, pvc.UID)
+		sm := startSampler()
+		var t0 time.Time
+		written := func(state, _ string) {
+			if state == kube.StateCreating || state == kube.StateDeleting {
+				t0 = time.Now()
+			}
+		}
+		cctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		err := kube.CreateVolumeWithAnnotations(cctx, env.cp.Client, ns, name, kube.CreateSpec{VolumeGroup: vg.spec, Name: name, Size: benchSize}, written)
+		cancel()
+		require.NoError(t, err)
+		e2eCreate = append(e2eCreate, time.Since(t0))
+		cctx, cancel = context.WithTimeout(ctx, requestTimeout)
+		err = kube.DeleteVolumeWithAnnotations(cctx, env.cp.Client, pv.Name, vg.spec, name, written)
+		cancel()
+		require.NoError(t, err)
+		e2eDelete = append(e2eDelete, time.Since(t0))
+		lvmB = append(lvmB, sm.stop()...)
+	}
+	m1 := scrape(t, s.metrics)
+	bCreate, bDelete := median(e2eCreate), median(e2eDelete)
+	logf("bench (b) done: create %v, delete %v", bCreate, bDelete)
+
+	// (c) a burst: every request written at once.
+	pvcs := make([]*corev1.PersistentVolumeClaim, burst)
+	for i := range pvcs {
+		pvcs[i] = harness.PVC(t, env.cp.Client, ns, fmt.Sprintf("bench-burst-%02d", i), s.node)
+	}
+	sm := startSampler()
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make([]error, burst)
+	last := make([]time.Duration, burst)
+	for i, pvc := range pvcs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cctx, cancel := context.WithTimeout(ctx, 15*time.Minute)
+			defer cancel()
+			errs[i] = kube.CreateVolumeWithAnnotations(cctx, env.cp.Client, ns, pvc.Name,
+				kube.CreateSpec{VolumeGroup: vg.spec, Name: pvc.Name, Size: benchSize}, nil)
+			last[i] = time.Since(start)
+		}()
+	}
+	wg.Wait()
+	cTotal := time.Since(start)
+	lvmC := sm.stop()
+	m2 := scrape(t, s.metrics)
+	for i, err := range errs {
+		require.NoError(t, err, "burst create %d", i)
+	}
+	require.Len(t, names(t, topolvmVG, "bench-burst-"), burst)
+	logf("bench (c) done: %d creates in %v", burst, cTotal)
+
+	// The table.
+	r.row("(a) lvmd CreateLV, thick 4 MiB", aCreate, n, "")
+	r.row("(a) lvmd RemoveLV", aRemove, n, "")
+	r.row("    lvmd GetLVList (the agent's pre-check)", aList, n, "")
+	r.row("(b) agent create: written -> created", bCreate, n, r.ratio("(b)/(a)", bCreate, aCreate, 1.10))
+	r.row("(b) agent delete: written -> deleted", bDelete, n, r.ratio("(b)/(a)", bDelete, aRemove, 1.10))
+	r.row(fmt.Sprintf("(c) burst of %d creates -> all created", burst), cTotal, 1, r.ratio(fmt.Sprintf("(c)/(%dxa)", burst), cTotal, time.Duration(burst)*aCreate, 1.05))
+	r.row("    informer latency: patch -> watch event", watchLat, n, "")
+	r.line("")
+	r.line("Where the time goes:")
+	mc := m1.sub(m0)
+	r.line("  agent create attempt, mean (its metrics: GetLVList + CreateLV): %s over %d",
+		fmtDur(mc.mean(`lvm_agent_operation_duration_seconds`, `kind="create",result="created"`)), int(mc[`lvm_agent_operation_duration_seconds_count{kind="create",result="created"}`]))
+	r.line("  agent delete attempt, mean (GetLVList + RemoveLV): %s over %d",
+		fmtDur(mc.mean(`lvm_agent_operation_duration_seconds`, `kind="delete",result="deleted"`)), int(mc[`lvm_agent_operation_duration_seconds_count{kind="delete",result="deleted"}`]))
+	r.line("  agent work queue wait, mean: (b) %s, (c) %s",
+		fmtDur(mc.mean(`lvm_agent_workqueue_wait_seconds`, `name="lvm-agent"`)), fmtDur(m2.sub(m1).mean(`lvm_agent_workqueue_wait_seconds`, `name="lvm-agent"`)))
+	r.line("  predicted (b) create = informer + GetLVList + CreateLV + answer patch + informer ~ %s",
+		fmtDur(2*watchLat+aList+aCreate))
+	r.line("  burst: first answer after %s, last after %s; agent retries %d",
+		fmtDur(slices.Min(last)), fmtDur(slices.Max(last)), int(m2.sub(m1)[`lvm_agent_retries_total`]))
+	if !*flagBenchSample {
+		r.print(t)
+		return
+	}
+	r.lvmTable("(a) raw: per CreateLV+RemoveLV+GetLVList", lvmA, n)
+	r.lvmTable("(b) agent: per create+delete", lvmB, n)
+	r.lvmTable(fmt.Sprintf("(c) burst: per create (%d)", burst), lvmC, burst)
+	r.print(t)
+}
+
+// ---- lvm process sampling ----
+
+// lvmRun is one lvm process lvmd ran: its subcommand and how long it was seen.
+type lvmRun struct {
+	sub  string
+	life time.Duration
+}
+
+type sampler struct {
+	stopc chan struct{}
+	done  chan []lvmRun
+}
+
+// startSampler records every lvm process (pid, subcommand, first and last
+// time seen) by scanning /proc every 20 ms until stop: an lvm process lives
+// 100 ms or more in the guest. It runs in every phase, so that its small cost
+// weighs on both sides of each ratio; -guest.bench-sample=false turns it off.
+func startSampler() *sampler {
+	s := &sampler{stopc: make(chan struct{}), done: make(chan []lvmRun, 1)}
+	if !*flagBenchSample {
+		s.done <- nil
+		return s
+	}
+	go func() {
+		type seen struct {
+			sub         string
+			first, last time.Time
+		}
+		procs := map[int]*seen{}
+		for {
+			ents, _ := os.ReadDir("/proc")
+			now := time.Now()
+			for _, e := range ents {
+				pid, err := strconv.Atoi(e.Name())
+				if err != nil {
+					continue
+				}
+				if p, ok := procs[pid]; ok {
+					p.last = now
+					continue
+				}
+				b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+				if err != nil {
+					continue
+				}
+				argv := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+				if len(argv) > 1 && filepath.Base(argv[0]) == "lvm" {
+					procs[pid] = &seen{sub: argv[1], first: now, last: now}
+				}
+			}
+			select {
+			case <-s.stopc:
+				var runs []lvmRun
+				for _, p := range procs {
+					runs = append(runs, lvmRun{p.sub, p.last.Sub(p.first)})
+				}
+				s.done <- runs
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	return s
+}
+
+func (s *sampler) stop() []lvmRun { close(s.stopc); return <-s.done }
+
+// ---- agent metrics ----
+
+type metrics map[string]float64
+
+// scrape reads the agent's /metrics (Prometheus text format; samples only).
+func scrape(t *testing.T, addr string) metrics {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	m := metrics{}
+	sc := bufio.NewScanner(io.LimitReader(resp.Body, 16<<20))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			m[line[:i]] = v
+		}
+	}
+	return m
+}
+
+func (m metrics) sub(o metrics) metrics {
+	d := metrics{}
+	for k, v := range m {
+		d[k] = v - o[k]
+	}
+	return d
+}
+
+// mean of a histogram's samples with the given labels.
+func (m metrics) mean(name, labels string) time.Duration {
+	c := m[name+"_count{"+labels+"}"]
+	if c == 0 {
+		return 0
+	}
+	return time.Duration(m[name+"_sum{"+labels+"}"] / c * float64(time.Second))
+}
+
+// ---- the report ----
+
+type report struct{ lines []string }
+
+func (r *report) line(format string, a ...any) { r.lines = append(r.lines, fmt.Sprintf(format, a...)) }
+
+func (r *report) row(what string, d time.Duration, n int, note string) {
+	r.line("%-46s %9s  n=%-3d %s", what, fmtDur(d), n, note)
+}
+
+func (r *report) ratio(name string, b, a time.Duration, goal float64) string {
+	x := b.Seconds() / a.Seconds()
+	verdict := "met"
+	if x > goal {
+		verdict = "MISSED"
+	}
+	return fmt.Sprintf("%s = %.2f (goal <= %.2f: %s)", name, x, goal, verdict)
+}
+
+// lvmTable summarises the lvm processes seen, per request.
+func (r *report) lvmTable(title string, runs []lvmRun, per int) {
+	by := map[string][]time.Duration{}
+	for _, x := range runs {
+		by[x.sub] = append(by[x.sub], x.life)
+	}
+	subs := make([]string, 0, len(by))
+	for s := range by {
+		subs = append(subs, s)
+	}
+	sort.Strings(subs)
+	r.line("  lvm processes, %s:", title)
+	var total time.Duration
+	for _, s := range subs {
+		var sum time.Duration
+		for _, d := range by[s] {
+			sum += d
+		}
+		total += sum
+		r.line("    lvm %-12s %5.1f per request, median %s, %s per request", s, float64(len(by[s]))/float64(per), fmtDur(median(by[s])), fmtDur(sum/time.Duration(per)))
+	}
+	r.line("    all lvm processes: %s per request", fmtDur(total/time.Duration(per)))
+}
+
+func (r *report) print(t *testing.T) {
+	out := "\n==== bench-lvm (TCG guest; medians) ====\n" + strings.Join(r.lines, "\n") + "\n"
+	fmt.Print(out)
+	if dir := os.Getenv("LVM_AGENT_RESULTS"); dir != "" {
+		if err := os.WriteFile(filepath.Join(dir, "bench.txt"), []byte(out), 0o644); err != nil {
+			t.Logf("writing the report: %v", err)
+		}
+	}
+}
+
+func median(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func fmtDur(d time.Duration) string {
+	if d >= 10*time.Second {
+		return fmt.Sprintf("%.1f s", d.Seconds())
+	}
+	return fmt.Sprintf("%.3f s", d.Seconds())
+}

@@ -1,0 +1,317 @@
+//go:build guest
+
+package guest
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/lvm-agent/lvm-agent/agent"
+	"github.com/lvm-agent/lvm-agent/kube"
+)
+
+// A case runs against any stack that has what it needs.
+type need int
+
+const (
+	needThin     need = 1 << iota // thin volumes (topolvm's lvmd only)
+	needLVMDCtl                   // the suite can kill and restart the daemon
+	needNothing  need = 0
+)
+
+type testCase struct {
+	name  string
+	needs need
+	run   func(t *testing.T, s *stack)
+}
+
+// cases is the one table both dialects run.
+var cases = []testCase{
+	{"create-delete-thick", needNothing, caseCreateDelete(false)},
+	{"create-delete-thin", needThin, caseCreateDelete(true)},
+	{"re-request", needNothing, caseReRequest},
+	{"vg-full", needNothing, caseVGFull},
+	{"unknown-vg", needNothing, caseUnknownVG},
+	{"name-conflict", needNothing, caseNameConflict},
+	{"protected", needNothing, caseProtected},
+	{"agent-killed-during-lvcreate", needNothing, caseAgentKilled},
+	{"lvmd-restart-during-burst", needLVMDCtl, caseLVMDRestartBurst},
+}
+
+func (s *stack) has(n need) bool {
+	return (n&needThin == 0 || s.thin != nil) && (n&needLVMDCtl == 0 || s.lvmdCtl != nil)
+}
+
+func runCases(t *testing.T, s *stack) {
+	s.startAgent(t, true)
+	for _, c := range cases {
+		if !s.has(c.needs) {
+			continue // not a skip: the dialect has no such feature
+		}
+		t.Run(c.name, func(t *testing.T) {
+			start := time.Now()
+			c.run(t, s)
+			t.Logf("%s/%s took %.1fs", s.name, c.name, time.Since(start).Seconds())
+		})
+	}
+}
+
+func TestTopolvm(t *testing.T) { runCases(t, newTopolvmStack(t)) }
+
+func TestGoogleLVMD(t *testing.T) { runCases(t, newGoogleStack(t)) }
+
+// Sizes that are not extent multiples: the agent rounds to 4096, LVM to 4 MiB extents.
+var oddSizes = []int64{1, 4<<20 + 1, 10_000_001}
+
+func caseCreateDelete(thin bool) func(*testing.T, *stack) {
+	return func(t *testing.T, s *stack) {
+		vg, kind := s.thick, "thick"
+		if thin {
+			vg, kind = *s.thin, "thin"
+		}
+		for i, size := range oddSizes {
+			t.Run(fmt.Sprintf("size-%d", size), func(t *testing.T) {
+				name := s.lvName(kind, fmt.Sprint(i))
+				removeLeftover(t, vg.vg, name)
+				pvc := s.pvc(t, name)
+				tags := []string{"it.case=" + kind}
+				require.NoError(t, s.create(pvc, vg, name, size, tags...))
+				requireAnswered(t, pvc, kube.StateCreated)
+				requireLV(t, vg, name, pvc, size, tags...)
+
+				pv := s.pv(t, name, pvc.UID)
+				require.NoError(t, s.delete(pv, vg, name))
+				requireAnswered(t, pv, kube.StateDeleted)
+				requireNoLV(t, vg.vg, name)
+			})
+		}
+	}
+}
+
+// A provisioner that writes its request again gets the same answer, and no
+// second LV: not for a create, not for a delete.
+func caseReRequest(t *testing.T, s *stack) {
+	vg, name := s.thick, s.lvName("again")
+	removeLeftover(t, vg.vg, name)
+	pvc := s.pvc(t, name)
+	require.NoError(t, s.create(pvc, vg, name, 8<<20))
+	first := requireLV(t, vg, name, pvc, 8<<20)
+	before := lvsOf(t, vg.vg)
+
+	require.NoError(t, s.create(pvc, vg, name, 8<<20), "create written again")
+	requireAnswered(t, pvc, kube.StateCreated)
+	again := requireLV(t, vg, name, pvc, 8<<20)
+	assert.Equal(t, first.UUID, again.UUID, "the LV was made again")
+	assert.Equal(t, keys(before), keys(lvsOf(t, vg.vg)), "LVs changed")
+
+	pv := s.pv(t, name, pvc.UID)
+	require.NoError(t, s.delete(pv, vg, name))
+	requireNoLV(t, vg.vg, name)
+	require.NoError(t, s.delete(pv, vg, name), "delete written again")
+	requireAnswered(t, pv, kube.StateDeleted)
+	requireNoLV(t, vg.vg, name)
+}
+
+// A request larger than the free space fails with InsufficientCapacity and
+// leaves nothing behind.
+func caseVGFull(t *testing.T, s *stack) {
+	try := func(t *testing.T, vg volumeGroup, name string, size int64) {
+		removeLeftover(t, vg.vg, name)
+		_, freeBefore := vgInfo(t, vg.vg)
+		lvsBefore := keys(lvsOf(t, vg.vg))
+		pvc := s.pvc(t, name)
+		err := s.create(pvc, vg, name, size)
+		requireFailed(t, err, kube.ErrInsufficientCapacity, pvc)
+		requireNoLV(t, vg.vg, name)
+		_, freeAfter := vgInfo(t, vg.vg)
+		assert.Equal(t, freeBefore, freeAfter, "free space of %s changed", vg.vg)
+		assert.Equal(t, lvsBefore, keys(lvsOf(t, vg.vg)), "LVs of %s changed", vg.vg)
+	}
+	t.Run("thick", func(t *testing.T) {
+		extent, free := vgInfo(t, s.thick.vg)
+		// One extent more than there is: the smallest request that cannot fit.
+		try(t, s.thick, s.lvName("full"), free+extent)
+	})
+	if s.thin != nil {
+		t.Run("thin", func(t *testing.T) {
+			// Far beyond the pool with its overprovisioning (5x 1 GiB).
+			try(t, *s.thin, s.lvName("full-thin"), 64<<30)
+		})
+	}
+}
+
+func caseUnknownVG(t *testing.T, s *stack) {
+	name := s.lvName("novg")
+	pvc := s.pvc(t, name)
+	err := s.create(pvc, volumeGroup{spec: "it-no-such-vg"}, name, 4<<20)
+	requireFailed(t, err, kube.ErrUnknownVolumeGroup, pvc)
+}
+
+// An LV the agent did not make is never adopted and never removed.
+func caseNameConflict(t *testing.T, s *stack) {
+	vg, name := s.thick, s.lvName("foreign")
+	removeLeftover(t, vg.vg, name)
+	_, err := lvm("lvcreate", "-y", "-n", name, "-L", "4m", "--addtag", "someone-else", vg.vg)
+	require.NoError(t, err)
+	foreign := lvsOf(t, vg.vg)[name]
+
+	pvc := s.pvc(t, name)
+	err = s.create(pvc, vg, name, 4<<20)
+	requireFailed(t, err, kube.ErrNameConflict, pvc)
+	assert.Equal(t, foreign, lvsOf(t, vg.vg)[name], "the foreign LV changed")
+
+	pv := s.pv(t, name, pvc.UID)
+	err = s.delete(pv, vg, name)
+	requireFailed(t, err, kube.ErrNameConflict, pv)
+	assert.Equal(t, foreign, lvsOf(t, vg.vg)[name], "the foreign LV changed")
+
+	// Tagged for another claim: a PV bound to this claim cannot remove it.
+	_, err = lvm("lvchange", "--addtag", agent.OwnerTag(types.UID("0000-another-claim")), vg.vg+"/"+name)
+	require.NoError(t, err)
+	other := lvsOf(t, vg.vg)[name]
+	pv2 := s.pv(t, name+"-2", pvc.UID)
+	err = s.delete(pv2, vg, name)
+	requireFailed(t, err, kube.ErrNameConflict, pv2)
+	assert.Equal(t, other, lvsOf(t, vg.vg)[name], "the other claim's LV changed")
+}
+
+// An LV tagged "protected" survives a delete; without the tag, a new delete
+// request removes it.
+func caseProtected(t *testing.T, s *stack) {
+	vg, name := s.thick, s.lvName("protected")
+	removeLeftover(t, vg.vg, name)
+	pvc := s.pvc(t, name)
+	require.NoError(t, s.create(pvc, vg, name, 4<<20))
+	_, err := lvm("lvchange", "--addtag", agent.ProtectedTag, vg.vg+"/"+name)
+	require.NoError(t, err)
+	before := lvsOf(t, vg.vg)[name]
+
+	pv := s.pv(t, name, pvc.UID)
+	err = s.delete(pv, vg, name)
+	requireFailed(t, err, kube.ErrProtected, pv)
+	assert.Equal(t, before, lvsOf(t, vg.vg)[name], "the protected LV changed")
+
+	_, err = lvm("lvchange", "--deltag", agent.ProtectedTag, vg.vg+"/"+name)
+	require.NoError(t, err)
+	require.NoError(t, s.delete(pv, vg, name), "delete written again once unprotected")
+	requireAnswered(t, pv, kube.StateDeleted)
+	requireNoLV(t, vg.vg, name)
+}
+
+// The agent dies (SIGKILL) while lvmd runs lvcreate for it; restarted, it
+// answers the request, which the provisioner is still watching, with exactly
+// one LV and no orphan.
+func caseAgentKilled(t *testing.T, s *stack) {
+	vg, name := s.thick, s.lvName("crash")
+	removeLeftover(t, vg.vg, name)
+	pvc := s.pvc(t, name)
+	before := keys(lvsOf(t, vg.vg))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*requestTimeout)
+	defer cancel()
+	answer := make(chan error, 1)
+	go func() { answer <- s.createCtx(ctx, pvc, vg, name, 12<<20) }()
+
+	findCtx, cancelFind := context.WithTimeout(ctx, requestTimeout)
+	pid, err := findProcess(findCtx, isLVCreateOf(name))
+	cancelFind()
+	require.NoError(t, err, "never saw lvcreate of %s", name)
+	s.agent.Kill()
+	running := alive(pid)
+	t.Logf("agent SIGKILLed while lvcreate (pid %d) ran; lvcreate still running right after: %v", pid, running)
+	for i := 0; i < 600 && alive(pid); i++ {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got, ok := lvsOf(t, vg.vg)[name]; ok {
+		t.Logf("after the kill, LVM has %s: attr %s tags %v", name, got.Attr, got.Tags)
+	} else {
+		t.Logf("after the kill, LVM has no %s (the interrupted lvcreate left nothing)", name)
+	}
+
+	s.startAgent(t, false)
+	require.NoError(t, <-answer)
+	requireAnswered(t, pvc, kube.StateCreated)
+	requireLV(t, vg, name, pvc, 12<<20)
+	assert.Equal(t, sortedAppend(before, name), keys(lvsOf(t, vg.vg)), "exactly one new LV, no orphan")
+
+	pv := s.pv(t, name, pvc.UID)
+	require.NoError(t, s.delete(pv, vg, name))
+	requireNoLV(t, vg.vg, name)
+}
+
+// lvmd is killed (SIGKILL, as a crash) and restarted while 20 creates are in
+// flight: every one reaches "created", with exactly its LV.
+func caseLVMDRestartBurst(t *testing.T, s *stack) {
+	const n = 20
+	vg, prefix := s.thick, s.lvName("burst")+"-"
+	t.Cleanup(func() { _, _ = lvm("lvremove", "-y", "-S", "lv_name=~^"+prefix, vg.vg) })
+	before := keys(lvsOf(t, vg.vg))
+	pvcs := make([]*corev1.PersistentVolumeClaim, n)
+	for i := range pvcs {
+		pvcs[i] = s.pvc(t, fmt.Sprintf("%s%02d", prefix, i))
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i, pvc := range pvcs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.createCtx(ctx, pvc, vg, pvc.Name, 4<<20)
+		}()
+	}
+
+	// Kill lvmd once a few LVs exist: the rest are queued or in flight.
+	deadline := time.Now().Add(requestTimeout)
+	for len(names(t, vg.vg, prefix)) < 3 && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	made := len(names(t, vg.vg, prefix))
+	require.NoError(t, s.lvmdCtl("kill"))
+	t.Logf("lvmd killed with %d of %d LVs made", made, n)
+	time.Sleep(3 * time.Second)
+	require.NoError(t, s.lvmdCtl("start"))
+	t.Logf("lvmd restarted with %d of %d LVs made", len(names(t, vg.vg, prefix)), n)
+
+	wg.Wait()
+	for i, err := range errs {
+		assert.NoError(t, err, "create %d", i)
+	}
+	var want []string
+	lvs := lvsOf(t, vg.vg)
+	for _, pvc := range pvcs {
+		want = append(want, pvc.Name)
+		if got, ok := lvs[pvc.Name]; assert.True(t, ok, "no LV %s", pvc.Name) {
+			assert.Equal(t, []string{agent.OwnerTag(pvc.UID)}, got.Tags, "tags of %s", pvc.Name)
+			assert.True(t, got.active(), "%s inactive (%s)", pvc.Name, got.Attr)
+		}
+	}
+	assert.Equal(t, want, names(t, vg.vg, prefix), "exactly one LV per request")
+	assert.Equal(t, len(before)+n, len(lvs), "no orphan LV")
+}
+
+func keys(m map[string]lv) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func sortedAppend(s []string, v ...string) []string {
+	out := append(slices.Clone(s), v...)
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Builds everything the test guest runs into one directory and prints it:
+# scripts/vm/{suite,demo,bench-lvm}.sh copy a selection of it into the guest
+# (run.sh --files), and the Vagrant VM runs it from the host's cache (see the
+# Vagrantfile). All static (CGO_ENABLED=0), all cached:
+#   etcd, kube-apiserver   scripts/kube-assets.sh (cold: 8-20 min)
+#   lvmd, google-lvmd      scripts/lvmd-build.sh (cold: ~4 min)
+#   lvm-agent              ./cmd/lvm-agent
+#   guest.test             the in-guest suite, ./integration/guest (tag guest)
+#   lvm-devcluster         the demo's control plane and fixtures (tag guest)
+#   devmapper.test         ./lvmbackend/devmapper's guest tests (tag guest)
+#
+#   guest-files.sh [NAME...]   build only these of the last four (default: all)
+#
+# A Go binary that does not compile is reported and left out (the callers
+# fail on a missing binary they need); the exit code is then 1.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../.." && pwd)
+CACHE=${LVM_AGENT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lvm-agent}
+OUT=$CACHE/bin
+log() { echo "guest-files: $*" >&2; }
+
+mkdir -p "$OUT"
+want=("$@")
+[ ${#want[@]} -gt 0 ] || want=(lvm-agent guest.test lvm-devcluster devmapper.test)
+
+# Prebuilt daemons: hard links into OUT (same file system as the cache).
+assets=$("$root/scripts/kube-assets.sh")
+lvmd=$("$root/scripts/lvmd-build.sh")
+for f in "$assets/etcd" "$assets/kube-apiserver" "$lvmd/lvmd" "$lvmd/google-lvmd"; do
+  ln -f "$f" "$OUT/" 2>/dev/null || cp -f "$f" "$OUT/"
+done
+
+# Go's build cache makes these quick when nothing changed. Each is written
+# under a temporary name and renamed, so a concurrent reader never sees half
+# a binary.
+export CGO_ENABLED=0
+flags=(-trimpath -ldflags "-s -w")
+rc=0
+build() { # NAME go-args...
+  local name=$1
+  shift
+  local t0=$SECONDS
+  if (cd "$root" && go "$@" -o "$OUT/.$name.tmp") >"$OUT/.$name.log" 2>&1; then
+    mv "$OUT/.$name.tmp" "$OUT/$name"
+    log "$name ($((SECONDS - t0)) s)"
+  else
+    rm -f "$OUT/$name" "$OUT/.$name.tmp"
+    log "$name does not build:"
+    sed 's/^/  /' "$OUT/.$name.log" >&2
+    rc=1
+  fi
+}
+for w in "${want[@]}"; do
+  case $w in
+    lvm-agent) build lvm-agent build "${flags[@]}" ./cmd/lvm-agent ;;
+    guest.test) build guest.test test -c -tags guest "${flags[@]}" ./integration/guest ;;
+    lvm-devcluster) build lvm-devcluster build -tags guest "${flags[@]}" ./integration/guest/devcluster ;;
+    devmapper.test) build devmapper.test test -c -tags guest "${flags[@]}" ./lvmbackend/devmapper ;;
+    *) log "unknown binary $w"; exit 2 ;;
+  esac
+done
+echo "$OUT"
+exit $rc
