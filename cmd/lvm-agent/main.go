@@ -79,7 +79,11 @@ func agentMain(args []string) int {
 	fs.StringVar(&o.metricsAddress, "metrics-address", ":9809", "serve /metrics, /healthz and /readyz here (empty: off)")
 	klogFlags := flag.NewFlagSet("klog", flag.ExitOnError)
 	klog.InitFlags(klogFlags)
-	klogFlags.VisitAll(func(f *flag.Flag) { fs.Var(f.Value, f.Name, f.Usage) })
+	// Logs go to stderr; of klog's many flags only verbosity is worth offering.
+	for _, name := range []string{"v", "vmodule"} {
+		f := klogFlags.Lookup(name)
+		fs.Var(f.Value, f.Name, f.Usage)
+	}
 	_ = fs.Parse(args)
 	defer klog.Flush()
 
