@@ -143,7 +143,9 @@ func TestLvmdUnavailableThenBack(t *testing.T) {
 	// The agent records why it is waiting, then succeeds once lvmd is back.
 	harness.WaitFor(t, 20*time.Second, func(ctx context.Context) (metav1.Object, error) {
 		return cp.Client.CoreV1().PersistentVolumeClaims("default").Get(ctx, "waits", metav1.GetOptions{})
-	}, func(a map[string]string) bool { return a[kube.AnnError] != "" && a[kube.AnnLifecycle] == kube.StateCreating })
+	}, func(a map[string]string) bool {
+		return a[kube.AnnError] != "" && a[kube.AnnLifecycle] == kube.StateCreating
+	})
 	require.NoError(t, n.lvmd.Serve(n.socket))
 	require.NoError(t, <-done)
 	ann, _ := pvcAnnotations(t, "default", "waits")
