@@ -154,6 +154,9 @@ func TestCreate(t *testing.T) {
 		{name: "our LV from an earlier attempt", spec: `{"volumeGroup":"thick","name":"lv1","size":4096}`,
 			existing:  &lvmdfake.LV{Name: "lv1", SizeBytes: 4096, Tags: []string{OwnerTag("default-pvc-uid")}},
 			wantState: kube.StateCreated, wantSize: 4 << 20},
+		{name: "our LV fills the VG", spec: `{"volumeGroup":"thick","name":"lv1","size":1073741824}`,
+			existing:  &lvmdfake.LV{Name: "lv1", SizeBytes: 1 << 30, Tags: []string{OwnerTag("default-pvc-uid")}},
+			wantState: kube.StateCreated, wantSize: 1 << 30},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -18,6 +18,9 @@ type Metrics struct {
 	queueAdds *prometheus.CounterVec
 	queueLat  *prometheus.HistogramVec
 	queueWork *prometheus.HistogramVec
+	// A stuck lvmd call shows here long before its OpTimeout.
+	unfinished *prometheus.GaugeVec
+	longest    *prometheus.GaugeVec
 }
 
 // NewMetrics registers the metrics with reg (nil: not registered).
@@ -37,9 +40,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Time a request waits in the queue.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 10)}, []string{"name"}),
 		queueWork: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "lvm_agent_workqueue_work_seconds",
 			Help: "Time a request is being worked on.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 10)}, []string{"name"}),
+		unfinished: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "lvm_agent_workqueue_unfinished_work_seconds",
+			Help: "Seconds of work in progress not yet finished, summed over the workers."}, []string{"name"}),
+		longest: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "lvm_agent_workqueue_longest_running_processor_seconds",
+			Help: "Seconds the longest running request has been worked on."}, []string{"name"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.ops, m.duration, m.writes, m.retries, m.synced, m.queue, m.queueAdds, m.queueLat, m.queueWork)
+		reg.MustRegister(m.ops, m.duration, m.writes, m.retries, m.synced, m.queue, m.queueAdds, m.queueLat, m.queueWork,
+			m.unfinished, m.longest)
 	}
 	return m
 }
@@ -63,13 +71,23 @@ func (m *Metrics) NewLatencyMetric(name string) workqueue.HistogramMetric {
 func (m *Metrics) NewWorkDurationMetric(name string) workqueue.HistogramMetric {
 	return m.queueWork.WithLabelValues(name)
 }
-func (m *Metrics) NewUnfinishedWorkSecondsMetric(string) workqueue.SettableGaugeMetric {
-	return noop{}
+func (m *Metrics) NewUnfinishedWorkSecondsMetric(name string) workqueue.SettableGaugeMetric {
+	return m.unfinished.WithLabelValues(name)
 }
-func (m *Metrics) NewLongestRunningProcessorSecondsMetric(string) workqueue.SettableGaugeMetric {
-	return noop{}
+func (m *Metrics) NewLongestRunningProcessorSecondsMetric(name string) workqueue.SettableGaugeMetric {
+	return m.longest.WithLabelValues(name)
 }
+
+// NewRetriesMetric is a no-op: lvm_agent_retries_total counts the same requeues.
 func (m *Metrics) NewRetriesMetric(string) workqueue.CounterMetric { return noop{} }
+
+// NewOpenRequestsCollector reports the open requests the agent holds, which
+// the queue depth does not show while a request waits for its backoff.
+func NewOpenRequestsCollector(a *Agent) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lvm_agent_open_requests",
+		Help: "Requests of this node still creating or deleting, including those waiting for a retry."},
+		func() float64 { return float64(a.DSW.Len()) })
+}
 
 type noop struct{}
 

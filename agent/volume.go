@@ -90,37 +90,49 @@ func (a *Agent) deviceClass(vg string) string {
 }
 
 // create makes the LV for a PVC, or finds the one it made before.
+//
+// lvmd's CreateLV is not idempotent, but it is safe to call for a name that
+// exists: lvcreate refuses it and touches nothing. So the agent creates
+// first and looks only when that fails — one lvm run per create instead of a
+// listing before each — and judges every failure by what the listing shows:
+// our LV (an earlier attempt, perhaps by a killed agent) is success, a
+// foreign one is a conflict, and only with no LV there does lvmd's error
+// stand. This also keeps a retry after a crash from reading "VG full" when
+// the space is full of the very LV it asked for.
 func (a *Agent) create(ctx context.Context, pvc *corev1.PersistentVolumeClaim, spec kube.CreateSpec, t target) outcome {
 	tag := OwnerTag(pvc.UID)
-	// lvmd's CreateLV is not idempotent: look first.
-	lv, err := a.backend.GetVolume(ctx, t.deviceClass, t.name)
-	switch {
-	case err == nil && lv.HasTag(tag):
-		return final(kube.StateCreated) // made by an earlier attempt
-	case err == nil:
-		return fail(kube.ReasonNameConflict, fmt.Errorf("LV %s exists and was not created by lvm-agent for this PVC (no tag %s); it is left untouched", t, tag))
-	case errors.Is(err, lvmbackend.ErrUnknownDeviceClass):
-		return fail(kube.ReasonUnknownVolumeGroup, fmt.Errorf("volume group %q (device class %q) is not served by lvmd on this node: %w", spec.VolumeGroup, t.deviceClass, err))
-	case !errors.Is(err, lvmbackend.ErrNotFound):
-		return retry(err)
-	}
 	req := lvmbackend.CreateRequest{DeviceClass: t.deviceClass, Name: t.name, SizeBytes: spec.Size,
 		Tags: append(append([]string(nil), spec.Tags...), tag)}
 	if spec.Striping {
 		req.OptionClass = a.cfg.StripedOptionClass
 	}
-	_, err = a.backend.CreateVolume(ctx, req)
-	switch {
-	case err == nil:
+	_, createErr := a.backend.CreateVolume(ctx, req)
+	if createErr == nil {
 		return final(kube.StateCreated)
-	case errors.Is(err, lvmbackend.ErrInsufficientCapacity):
-		return fail(kube.ReasonInsufficientCapacity, err)
-	case errors.Is(err, lvmbackend.ErrUnknownDeviceClass):
-		return fail(kube.ReasonUnknownVolumeGroup, err)
-	case errors.Is(err, lvmbackend.ErrInvalidArgument):
-		return fail(kube.ReasonInvalidSpec, err)
 	}
-	return retry(err)
+	if errors.Is(createErr, lvmbackend.ErrUnavailable) {
+		return retry(createErr)
+	}
+	lv, err := a.backend.GetVolume(ctx, t.deviceClass, t.name)
+	switch {
+	case err == nil && lv.HasTag(tag):
+		return final(kube.StateCreated)
+	case err == nil:
+		return fail(kube.ReasonNameConflict, fmt.Errorf("LV %s exists and was not created by lvm-agent for this PVC (no tag %s); it is left untouched", t, tag))
+	case errors.Is(err, lvmbackend.ErrUnknownDeviceClass):
+		return fail(kube.ReasonUnknownVolumeGroup, fmt.Errorf("volume group %q (device class %q) is not served by lvmd on this node: %w", spec.VolumeGroup, t.deviceClass, err))
+	case !errors.Is(err, lvmbackend.ErrNotFound):
+		return retry(fmt.Errorf("%w (and the check that followed: %v)", createErr, err))
+	}
+	switch {
+	case errors.Is(createErr, lvmbackend.ErrInsufficientCapacity):
+		return fail(kube.ReasonInsufficientCapacity, createErr)
+	case errors.Is(createErr, lvmbackend.ErrUnknownDeviceClass):
+		return fail(kube.ReasonUnknownVolumeGroup, createErr)
+	case errors.Is(createErr, lvmbackend.ErrInvalidArgument):
+		return fail(kube.ReasonInvalidSpec, createErr)
+	}
+	return retry(createErr)
 }
 
 // remove deletes a PV's LV if, and only if, it is ours to delete.

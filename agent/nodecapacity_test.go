@@ -1,0 +1,181 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/lvm-agent/lvm-agent/lvmbackend"
+)
+
+func TestEncodeStorageTopology(t *testing.T) {
+	caps := []lvmbackend.Capacity{
+		{DeviceClass: "ssd", SizeBytes: 100, FreeBytes: 60},
+		{DeviceClass: "hdd", SizeBytes: 1000, FreeBytes: 1000},
+	}
+	for _, tc := range []struct {
+		name    string
+		caps    []lvmbackend.Capacity
+		classes map[string]string
+		want    string
+	}{
+		{"no classes", nil, nil, `[]`},
+		{"default names, sorted", caps, nil,
+			`[{"type":"lvm","name":"hdd","capacity":1000,"free":1000,"deviceClass":"hdd"},{"type":"lvm","name":"ssd","capacity":100,"free":60,"deviceClass":"ssd"}]`},
+		{"a mapped volume group is listed besides the class's own name", caps, map[string]string{"vg-fast": "ssd"},
+			`[{"type":"lvm","name":"hdd","capacity":1000,"free":1000,"deviceClass":"hdd"},{"type":"lvm","name":"ssd","capacity":100,"free":60,"deviceClass":"ssd"},{"type":"lvm","name":"vg-fast","capacity":100,"free":60,"deviceClass":"ssd"}]`},
+		{"a class whose own name is mapped elsewhere is listed only under its mapped names", caps, map[string]string{"ssd": "hdd", "vg-fast": "ssd"},
+			`[{"type":"lvm","name":"hdd","capacity":1000,"free":1000,"deviceClass":"hdd"},{"type":"lvm","name":"ssd","capacity":1000,"free":1000,"deviceClass":"hdd"},{"type":"lvm","name":"vg-fast","capacity":100,"free":60,"deviceClass":"ssd"}]`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, EncodeStorageTopology(tc.caps, tc.classes))
+		})
+	}
+}
+
+// The value stays readable by consumers of the original format, which know
+// only type, name and capacity (the VG size).
+func TestEncodeStorageTopologyOriginalFormat(t *testing.T) {
+	var original []struct {
+		Type       string `json:"type,omitempty"`
+		Name       string `json:"name,omitempty"`
+		Capacity   uint64 `json:"capacity,omitempty"`
+		DeviceType string `json:"devicetype,omitempty"`
+		MountPoint string `json:"mountPoint,omitempty"`
+	}
+	v := EncodeStorageTopology([]lvmbackend.Capacity{{DeviceClass: "vg1", SizeBytes: 105151127552, FreeBytes: 1 << 30}}, nil)
+	require.NoError(t, json.Unmarshal([]byte(v), &original))
+	require.Len(t, original, 1)
+	assert.Equal(t, "lvm", original[0].Type)
+	assert.Equal(t, "vg1", original[0].Name)
+	assert.Equal(t, uint64(105151127552), original[0].Capacity)
+}
+
+const ncNode = "node-capacity"
+
+func ncStart(t *testing.T, client *fake.Clientset) *NodeCapacity {
+	t.Helper()
+	n := NewNodeCapacity(client, ncNode, DefaultCapacityAnnotation, nil, nil)
+	n.Debounce, n.RetryBase, n.RetryMax = 100*time.Millisecond, 20*time.Millisecond, 50*time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { n.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return n
+}
+
+func ncNodePatches(c *fake.Clientset) int {
+	n := 0
+	for _, a := range c.Actions() {
+		if a.GetVerb() == "patch" && a.GetResource().Resource == "nodes" {
+			n++
+		}
+	}
+	return n
+}
+
+func ncWaitAnnotation(t *testing.T, c *fake.Clientset, want string) {
+	t.Helper()
+	var got string
+	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
+		node, err := c.CoreV1().Nodes().Get(ctx, ncNode, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		got = node.Annotations[DefaultCapacityAnnotation]
+		return got == want, nil
+	})
+	require.NoError(t, err, "annotation is %q, want %q", got, want)
+}
+
+func ncCaps(free uint64) []lvmbackend.Capacity {
+	return []lvmbackend.Capacity{{DeviceClass: "vg1", SizeBytes: 1 << 30, FreeBytes: free}}
+}
+
+func TestNodeCapacityWritesOncePerChange(t *testing.T) {
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: ncNode, Annotations: map[string]string{"other": "kept"}}})
+	n := ncStart(t, client)
+	n.Update(ncCaps(100))
+	ncWaitAnnotation(t, client, EncodeStorageTopology(ncCaps(100), nil))
+	assert.Equal(t, 1, ncNodePatches(client))
+
+	// The same report again (lvmd's periodic message): no write.
+	n.Update(ncCaps(100))
+	n.Update(ncCaps(100))
+	time.Sleep(300 * time.Millisecond)
+	assert.Equal(t, 1, ncNodePatches(client))
+
+	// A burst within the debounce window: one write, of the last report.
+	for free := uint64(10); free <= 50; free += 10 {
+		n.Update(ncCaps(free))
+	}
+	ncWaitAnnotation(t, client, EncodeStorageTopology(ncCaps(50), nil))
+	time.Sleep(300 * time.Millisecond)
+	assert.Equal(t, 2, ncNodePatches(client))
+
+	node, err := client.CoreV1().Nodes().Get(context.Background(), ncNode, metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "kept", node.Annotations["other"], "only our key is written")
+}
+
+// After a restart the agent reads the Node first: an unchanged value is not written.
+func TestNodeCapacityNoWriteAfterRestart(t *testing.T) {
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: ncNode,
+		Annotations: map[string]string{DefaultCapacityAnnotation: EncodeStorageTopology(ncCaps(100), nil)}}})
+	n := ncStart(t, client)
+	n.Update(ncCaps(100))
+	require.Eventually(t, func() bool {
+		for _, a := range client.Actions() {
+			if a.GetVerb() == "get" && a.GetResource().Resource == "nodes" {
+				return true
+			}
+		}
+		return false
+	}, 5*time.Second, 10*time.Millisecond, "the Node is read")
+	time.Sleep(300 * time.Millisecond)
+	assert.Equal(t, 0, ncNodePatches(client))
+}
+
+// A missing Node is not an error that stops the updater: it writes once the Node exists.
+func TestNodeCapacityMissingNode(t *testing.T) {
+	client := fake.NewClientset()
+	n := ncStart(t, client)
+	n.Update(ncCaps(100))
+	time.Sleep(300 * time.Millisecond)
+	_, err := client.CoreV1().Nodes().Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: ncNode}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	ncWaitAnnotation(t, client, EncodeStorageTopology(ncCaps(100), nil))
+}
+
+// An annotation removed by someone else comes back at the next resync.
+func TestNodeCapacityResync(t *testing.T) {
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: ncNode}})
+	n := NewNodeCapacity(client, ncNode, "example.com/capacity", map[string]string{"vg-a": "vg1"}, nil)
+	n.Debounce, n.Resync = 10*time.Millisecond, 200*time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { n.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	n.Update(ncCaps(7))
+	want := EncodeStorageTopology(ncCaps(7), map[string]string{"vg-a": "vg1"})
+	get := func() string {
+		node, err := client.CoreV1().Nodes().Get(context.Background(), ncNode, metav1.GetOptions{})
+		require.NoError(t, err)
+		return node.Annotations["example.com/capacity"]
+	}
+	require.Eventually(t, func() bool { return get() == want }, 5*time.Second, 10*time.Millisecond)
+	assert.Contains(t, want, `"name":"vg-a"`)
+	_, err := client.CoreV1().Nodes().Patch(context.Background(), ncNode, types.MergePatchType,
+		[]byte(`{"metadata":{"annotations":{"example.com/capacity":null}}}`), metav1.PatchOptions{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return get() == want }, 5*time.Second, 10*time.Millisecond)
+}
