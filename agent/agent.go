@@ -39,6 +39,8 @@ type Config struct {
 	Workers       int
 	// OpTimeout bounds one lvmd call.
 	OpTimeout time.Duration
+	// Devices, when not nil, cross-checks LVs with the kernel's device-mapper.
+	Devices *Devices
 	// Backoff is the first and the longest retry delay of a request.
 	BackoffBase, BackoffMax time.Duration
 }

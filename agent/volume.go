@@ -9,6 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"k8s.io/klog/v2"
+
 	"github.com/lvm-agent/lvm-agent/kube"
 	"github.com/lvm-agent/lvm-agent/lvmbackend"
 )
@@ -106,9 +108,9 @@ func (a *Agent) create(ctx context.Context, pvc *corev1.PersistentVolumeClaim, s
 	if spec.Striping {
 		req.OptionClass = a.cfg.StripedOptionClass
 	}
-	_, createErr := a.backend.CreateVolume(ctx, req)
+	vol, createErr := a.backend.CreateVolume(ctx, req)
 	if createErr == nil {
-		return final(kube.StateCreated)
+		return a.created(ctx, vol)
 	}
 	if errors.Is(createErr, lvmbackend.ErrUnavailable) {
 		return retry(createErr)
@@ -116,7 +118,7 @@ func (a *Agent) create(ctx context.Context, pvc *corev1.PersistentVolumeClaim, s
 	lv, err := a.backend.GetVolume(ctx, t.deviceClass, t.name)
 	switch {
 	case err == nil && lv.HasTag(tag):
-		return final(kube.StateCreated)
+		return a.created(ctx, lv)
 	case err == nil:
 		return fail(kube.ReasonNameConflict, fmt.Errorf("LV %s exists and was not created by lvm-agent for this PVC (no tag %s); it is left untouched", t, tag))
 	case errors.Is(err, lvmbackend.ErrUnknownDeviceClass):
@@ -156,9 +158,23 @@ func (a *Agent) remove(ctx context.Context, pv *corev1.PersistentVolume, t targe
 	case tagged && pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.UID != "" && uid != string(pv.Spec.ClaimRef.UID):
 		return fail(kube.ReasonNameConflict, fmt.Errorf("LV %s belongs to PVC UID %s, not to this PV's claim %s; it is left untouched", t, uid, pv.Spec.ClaimRef.UID))
 	}
+	dmName := a.cfg.Devices.name(ctx, lv)
 	err = a.backend.RemoveVolume(ctx, t.deviceClass, t.name)
 	if err == nil || errors.Is(err, lvmbackend.ErrNotFound) {
+		if !a.cfg.Devices.gone(ctx, dmName) {
+			// LVM no longer knows the LV; the kernel still has its device.
+			klog.ErrorS(nil, "LV removed, but its device-mapper device is still present", "lv", t, "device", dmName)
+		}
 		return final(kube.StateDeleted)
 	}
 	return retry(err)
+}
+
+// created is the answer for an LV of ours, once the kernel confirms its
+// device is active (when device-mapper is readable).
+func (a *Agent) created(ctx context.Context, lv *lvmbackend.Volume) outcome {
+	if err := a.cfg.Devices.confirmActive(ctx, lv); err != nil {
+		return retry(err)
+	}
+	return final(kube.StateCreated)
 }
