@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,12 +17,28 @@ type WatchMode string
 
 const (
 	// WatchAll watches every PVC and PV and filters locally: works with
-	// provisioners that do not set the volume.node label.
+	// provisioners that do not set the volume.node label, at a cost that
+	// grows with the cluster (every change to any PVC or PV reaches every node).
 	WatchAll WatchMode = "all"
 	// WatchLabelled watches only objects labelled volume.node=<this node>,
-	// filtered by the API server.
+	// filtered by the API server: the cost grows with the node only, but a
+	// request without the label is never seen.
 	WatchLabelled WatchMode = "labelled"
+	// WatchHybrid watches like WatchLabelled and finds the requests of
+	// provisioners that do not label with a periodic Sweep of the unlabelled
+	// objects: labelled requests are answered at once, unlabelled ones within
+	// one sweep interval, and none is ignored.
+	WatchHybrid WatchMode = "hybrid"
 )
+
+// ParseWatchMode checks a --watch-mode value.
+func ParseWatchMode(s string) (WatchMode, error) {
+	switch m := WatchMode(s); m {
+	case WatchAll, WatchLabelled, WatchHybrid:
+		return m, nil
+	}
+	return "", fmt.Errorf("watch mode must be %q, %q or %q, not %q", WatchHybrid, WatchLabelled, WatchAll, s)
+}
 
 // Informers are the agent's PVC and PV informers.
 type Informers struct {
@@ -30,22 +47,118 @@ type Informers struct {
 	PV      cache.SharedIndexInformer
 }
 
+// InformerOption adjusts NewInformers.
+type InformerOption func(*informerConfig)
+
+type informerConfig struct {
+	owner   *Node
+	metrics *ClientMetrics
+}
+
+// WithOwner caches the PVCs and PVs that owner does not own as stubs (name,
+// namespace, UID, resourceVersion): in WatchAll mode nearly every object is
+// someone else's, and this keeps the cache's memory to a few hundred bytes
+// per foreign object. The agent decides on each event from the object as
+// received, so a stub never hides a request that becomes ours.
+func WithOwner(owner Node) InformerOption {
+	return func(c *informerConfig) { c.owner = &owner }
+}
+
+// WithMetrics counts the objects the informers receive, and times the
+// agent's answers (lvm_agent_request_answer_seconds).
+func WithMetrics(m *ClientMetrics) InformerOption {
+	return func(c *informerConfig) { c.metrics = m }
+}
+
 // NewInformers builds the informers for a node. The cached objects are
 // trimmed to what the agent reads, which keeps memory flat when every PVC of
 // a large cluster is watched.
-func NewInformers(c kubernetes.Interface, node string, mode WatchMode) *Informers {
-	opts := []informers.SharedInformerOption{informers.WithTransform(trim)}
-	if mode == WatchLabelled {
-		sel := labels.Set{LabelNode: NodeLabelValue(node)}.AsSelector().String()
-		opts = append(opts, informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = sel }))
+func NewInformers(c kubernetes.Interface, node string, mode WatchMode, opts ...InformerOption) *Informers {
+	cfg := informerConfig{}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	fopts := []informers.SharedInformerOption{informers.WithTransform(cfg.transform)}
+	if mode == WatchLabelled || mode == WatchHybrid {
+		sel := NodeSelector(node)
+		fopts = append(fopts, informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = sel }))
 	}
 	// No resync: every request arrives as an event, and the agent's own
 	// retries come from its work queue, not from rescans.
-	f := informers.NewSharedInformerFactoryWithOptions(c, time.Duration(0), opts...)
-	return &Informers{Factory: f, PVC: f.Core().V1().PersistentVolumeClaims().Informer(), PV: f.Core().V1().PersistentVolumes().Informer()}
+	f := informers.NewSharedInformerFactoryWithOptions(c, time.Duration(0), fopts...)
+	inf := &Informers{Factory: f, PVC: f.Core().V1().PersistentVolumeClaims().Informer(), PV: f.Core().V1().PersistentVolumes().Informer()}
+	if cfg.metrics != nil {
+		// Errors only come from a stopped informer; these are new.
+		_, _ = inf.PVC.AddEventHandler(counter{cfg})
+		_, _ = inf.PV.AddEventHandler(counter{cfg})
+	}
+	return inf
 }
 
-// trim keeps only the fields the agent uses.
+// NodeSelector is the label selector of the objects labelled for node.
+func NodeSelector(node string) string {
+	return labels.Set{LabelNode: NodeLabelValue(node)}.AsSelector().String()
+}
+
+// UnlabelledSelector is the label selector of the objects without the
+// volume.node label: what the hybrid mode's sweep lists.
+func UnlabelledSelector() string { return "!" + LabelNode }
+
+// transform is applied by the informers to every object they receive, from
+// lists and watches alike, before it is cached or handed to the agent. (It
+// may see an object twice: a streamed list goes through a temporary store.)
+func (c informerConfig) transform(obj any) (any, error) {
+	if c.owner != nil {
+		switch o := obj.(type) {
+		case *corev1.PersistentVolumeClaim:
+			if !c.owner.OwnsPVC(o) {
+				return &corev1.PersistentVolumeClaim{ObjectMeta: stubMeta(o.ObjectMeta)}, nil
+			}
+		case *corev1.PersistentVolume:
+			if !c.owner.OwnsPV(o) {
+				return &corev1.PersistentVolume{ObjectMeta: stubMeta(o.ObjectMeta)}, nil
+			}
+		}
+	}
+	return trim(obj)
+}
+
+// counter is an informer event handler that counts the objects received
+// (once each, unlike the transform) and starts the answer clock of requests.
+type counter struct{ informerConfig }
+
+func (c counter) OnAdd(obj any, _ bool) { c.count(obj, false) }
+func (c counter) OnUpdate(_, obj any)   { c.count(obj, false) }
+func (c counter) OnDelete(obj any)      { c.count(obj, true) }
+func (c counter) count(obj any, del bool) {
+	var resource, lifecycle, open string
+	var m metav1.Object
+	owned := false
+	switch o := obj.(type) {
+	case *corev1.PersistentVolumeClaim:
+		resource, m, open = "persistentvolumeclaims", o, StateCreating
+		owned = c.owner != nil && c.owner.OwnsPVC(o)
+	case *corev1.PersistentVolume:
+		resource, m, open = "persistentvolumes", o, StateDeleting
+		owned = c.owner != nil && c.owner.OwnsPV(o)
+	default:
+		return // a tombstone: nothing was received
+	}
+	foreign := foreignLabel(owned)
+	if c.owner == nil {
+		foreign = ForeignUnknown
+	}
+	c.metrics.ObjectsReceived(resource, SourceInformer, foreign, 1)
+	if del || !owned {
+		c.metrics.clock.gone(resource, m.GetNamespace(), m.GetName())
+		return
+	}
+	lifecycle = m.GetAnnotations()[AnnLifecycle]
+	c.metrics.clock.seen(resource, m.GetNamespace(), m.GetName(), lifecycle == open)
+}
+
+// trim keeps only the fields the agent uses. It is idempotent, as an
+// informer's transform must be.
 func trim(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *corev1.PersistentVolumeClaim:
@@ -63,4 +176,8 @@ func trim(obj any) (any, error) {
 func trimMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
 		Labels: m.Labels, Annotations: m.Annotations, DeletionTimestamp: m.DeletionTimestamp}
+}
+
+func stubMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion}
 }

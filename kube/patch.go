@@ -95,6 +95,22 @@ func UpdatePvWithAnnotations(ctx context.Context, c kubernetes.Interface, name, 
 	return pv, nil
 }
 
+// UpdateNodeWithAnnotations merge-patches the given annotations of a Node
+// (the agent's capacity report). A merge patch never creates the Node, which
+// is the kubelet's to register: a missing Node is an error that
+// apierrors.IsNotFound recognizes.
+func UpdateNodeWithAnnotations(ctx context.Context, c kubernetes.Interface, name, resourceVersion string, annotations Change) (*corev1.Node, error) {
+	patch, err := mergePatch(resourceVersion, annotations, nil)
+	if err != nil {
+		return nil, err
+	}
+	node, err := c.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("patch Node %s: %w", name, err)
+	}
+	return node, nil
+}
+
 // OneLine makes an error fit the volume.error annotation: one line, bounded.
 func OneLine(err error) string {
 	s := strings.Join(strings.Fields(err.Error()), " ")

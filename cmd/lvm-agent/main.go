@@ -45,10 +45,15 @@ type options struct {
 	tlsCert, tlsKey, tlsCA               string
 	drivers, deviceClassMap, stripeClass string
 	watchMode                            string
+	sweepInterval                        time.Duration
+	contentType                          string
 	workers                              int
 	allowUntagged                        bool
 	opTimeout, grace                     time.Duration
 	metricsAddress                       string
+	dmControl                            string
+	capacityAnnotation                   string
+	gc                                   gcOptions
 }
 
 func agentMain(args []string) int {
@@ -71,12 +76,17 @@ func agentMain(args []string) int {
 	fs.StringVar(&o.drivers, "driver-name", kube.DefaultDriver, "CSI driver(s) whose PVs this agent serves, comma-separated")
 	fs.StringVar(&o.deviceClassMap, "device-class-map", "", "volumeGroup=deviceClass pairs, comma-separated; a volume group not listed is the device class of the same name")
 	fs.StringVar(&o.stripeClass, "striped-option-class", "", "lvmd lvcreate option class used for specs with \"striping\": true (empty: such specs fail)")
-	fs.StringVar(&o.watchMode, "watch-mode", string(kube.WatchAll), "all: watch every PVC/PV and filter here (works with any provisioner); labelled: only objects labelled "+kube.LabelNode+"=<node>, filtered by the API server")
+	fs.StringVar(&o.watchMode, "watch-mode", string(kube.WatchHybrid), "hybrid: watch objects labelled "+kube.LabelNode+"=<node> (filtered by the API server) and sweep unlabelled ones every --sweep-interval, so that no provisioner's request is ignored; labelled: the labelled watch only; all: watch every PVC/PV and filter here (answers unlabelled requests at once, costs grow with the cluster)")
+	fs.DurationVar(&o.sweepInterval, "sweep-interval", 30*time.Second, "hybrid mode: how often unlabelled PVCs/PVs are listed; the longest an unlabelled request waits")
+	fs.StringVar(&o.contentType, "kube-api-content-type", "application/vnd.kubernetes.protobuf", "content type of API requests and responses (protobuf is about a third of JSON's bytes and cheaper to decode)")
 	fs.IntVar(&o.workers, "workers", 8, "requests handled in parallel (lvmd serializes operations per volume group)")
 	fs.BoolVar(&o.allowUntagged, "allow-untagged-delete", false, "let deletes remove LVs without lvm-agent's ownership tag (volumes made by the original agent)")
 	fs.DurationVar(&o.opTimeout, "op-timeout", 2*time.Minute, "bound on one lvmd call or API write")
 	fs.DurationVar(&o.grace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long in-flight operations may finish")
 	fs.StringVar(&o.metricsAddress, "metrics-address", ":9809", "serve /metrics, /healthz and /readyz here (empty: off)")
+	fs.StringVar(&o.dmControl, "device-mapper-control", "/dev/mapper/control", "device-mapper control node, to confirm LV devices and report thin-pool usage (empty: off; unreadable: noted once, then off)")
+	fs.StringVar(&o.capacityAnnotation, "node-capacity-annotation", agent.DefaultCapacityAnnotation, "Node annotation kept up to date with each device class's size and free bytes (empty: off)")
+	o.gc.addFlags(fs)
 	klogFlags := flag.NewFlagSet("klog", flag.ExitOnError)
 	klog.InitFlags(klogFlags)
 	// Logs go to stderr; of klog's many flags only verbosity is worth offering.
@@ -98,15 +108,16 @@ func run(o options) error {
 	if o.nodeName == "" {
 		return errors.New("--node-name is required (or set NODE_NAME)")
 	}
-	mode := kube.WatchMode(o.watchMode)
-	if mode != kube.WatchAll && mode != kube.WatchLabelled {
-		return fmt.Errorf("--watch-mode must be %q or %q", kube.WatchAll, kube.WatchLabelled)
+	mode, err := kube.ParseWatchMode(o.watchMode)
+	if err != nil {
+		return fmt.Errorf("--watch-mode: %w", err)
 	}
 	classes, err := parsePairs(o.deviceClassMap)
 	if err != nil {
 		return fmt.Errorf("--device-class-map: %w", err)
 	}
-	client, err := newClient(o.kubeconfig, o.qps, o.burst)
+	clientMetrics := kube.NewClientMetrics()
+	client, err := newClient(o.kubeconfig, o.qps, o.burst, func(cfg *rest.Config) { clientMetrics.Instrument(cfg, o.contentType) })
 	if err != nil {
 		return err
 	}
@@ -118,20 +129,38 @@ func run(o options) error {
 
 	ctx := signalContext()
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewBuildInfoCollector())
+	reg.MustRegister(clientMetrics)
 	metrics := agent.NewMetrics(reg)
 	recorder, stopEvents := kube.NewRecorder(client, "lvm-agent", o.nodeName)
 	defer stopEvents()
-	inf := kube.NewInformers(client, o.nodeName, mode)
+	var devices *agent.Devices
+	if o.dmControl != "" {
+		devices = agent.OpenDevices(o.dmControl, reg)
+		go devices.Run(ctx, 30*time.Second)
+	}
+	node := kube.Node{Name: o.nodeName, Drivers: splitList(o.drivers)}
+	inf := kube.NewInformers(client, o.nodeName, mode, kube.WithOwner(node), kube.WithMetrics(clientMetrics))
 	a, err := agent.New(agent.Config{
-		Node:          kube.Node{Name: o.nodeName, Drivers: splitList(o.drivers)},
+		Node:          node,
 		DeviceClasses: classes, StripedOptionClass: o.stripeClass, AllowUntagged: o.allowUntagged,
-		Workers: o.workers, OpTimeout: o.opTimeout,
+		Workers: o.workers, OpTimeout: o.opTimeout, Devices: devices,
 	}, client, backend, recorder, inf, metrics)
 	if err != nil {
 		return err
 	}
+	reg.MustRegister(agent.NewOpenRequestsCollector(a))
+	startGC(ctx, o.gc, a, reg)
+	if mode == kube.WatchHybrid {
+		go kube.NewSweeper(client, a, kube.SweepConfig{Node: node, Interval: o.sweepInterval, Recorder: recorder,
+			Metrics: clientMetrics, Registerer: reg}).Run(ctx)
+	}
 	capacity := agent.NewCapacityWatcher(backend, reg)
+	if o.capacityAnnotation != "" {
+		nodeCapacity := agent.NewNodeCapacity(client, o.nodeName, o.capacityAnnotation, classes, metrics)
+		capacity.OnChange = nodeCapacity.Update
+		go nodeCapacity.Run(ctx)
+	}
 	go capacity.Run(ctx)
 	if o.metricsAddress != "" {
 		if err := serveMetrics(ctx, o.metricsAddress, reg, func() error {
@@ -164,7 +193,7 @@ func signalContext() context.Context {
 	return ctx
 }
 
-func newClient(kubeconfig string, qps float64, burst int) (kubernetes.Interface, error) {
+func newClient(kubeconfig string, qps float64, burst int, tune ...func(*rest.Config)) (kubernetes.Interface, error) {
 	var cfg *rest.Config
 	var err error
 	if kubeconfig == "" {
@@ -177,6 +206,9 @@ func newClient(kubeconfig string, qps float64, burst int) (kubernetes.Interface,
 	}
 	cfg.QPS, cfg.Burst = float32(qps), burst
 	cfg.UserAgent = "lvm-agent"
+	for _, t := range tune {
+		t(cfg)
+	}
 	return kubernetes.NewForConfig(cfg)
 }
 

@@ -23,9 +23,9 @@ import (
 type need int
 
 const (
-	needThin     need = 1 << iota // thin volumes (topolvm's lvmd only)
-	needLVMDCtl                   // the suite can kill and restart the daemon
-	needNothing  need = 0
+	needThin    need = 1 << iota // thin volumes (topolvm's lvmd only)
+	needLVMDCtl                  // the suite can kill and restart the daemon
+	needNothing need = 0
 )
 
 type testCase struct {

@@ -32,6 +32,9 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/klog/v2"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
 	"github.com/lvm-agent/lvm-agent/integration/harness"
 )
 
@@ -79,6 +82,8 @@ func TestMain(m *testing.M) {
 // and a skip would read as a pass.
 func run(m *testing.M) int {
 	env.start = time.Now()
+	// envtest logs through controller-runtime, which complains (with a stack) when no logger is set.
+	ctrllog.SetLogger(klog.NewKlogr())
 	env.agentBin = os.Getenv("LVM_AGENT_BIN")
 	env.scripts = getenv("LVM_AGENT_GUEST_SCRIPTS", "/opt/lvm-agent/guest")
 	env.socket = getenv("LVMD_SOCKET", "/run/topolvm/lvmd.sock")

@@ -40,8 +40,19 @@ func StartDevCluster(assets, dir string, startTimeout time.Duration) (*ControlPl
 	}
 	deadline := time.Now().Add(startTimeout)
 	env := &envtest.Environment{BinaryAssetsDirectory: assets, ControlPlaneStartTimeout: startTimeout, ControlPlaneStopTimeout: time.Minute}
-	// A loopback-only host needs no endpoint reconciler (notes/dependencies.md).
-	env.ControlPlane.GetAPIServer().Configure().Set("endpoint-reconciler-type", "none")
+	// A loopback-only host needs no endpoint reconciler (notes/dependencies.md),
+	// and an explicit advertise address: with no default route (the test VM
+	// has no NIC) kube-apiserver exits at once with "Unable to find suitable
+	// network address", and envtest retries 5 times before it says so.
+	api := env.ControlPlane.GetAPIServer().Configure()
+	api.Set("endpoint-reconciler-type", "none")
+	api.Set("advertise-address", "127.0.0.1")
+	// Under TCG on a busy machine the RBAC bootstrap (a post-start hook
+	// that writes ~100 roles through the loopback client) alone took more
+	// than 4 minutes, and /healthz stays 403 for anonymous envtest until it
+	// is done. The clients here are all system:masters anyway.
+	api.Set("authorization-mode", "AlwaysAllow")
+	api.Set("enable-priority-and-fairness", "false")
 	if _, err := env.Start(); err != nil && env.Config == nil {
 		// The processes did not come up. (With env.Config set they did, and
 		// only the default namespace came late: WaitReady covers that.)

@@ -31,7 +31,7 @@ done
 
 if [ -z "${LVM_AGENT_RESULTS:-}" ]; then
   LVM_AGENT_RESULTS=/tmp/lvm-agent-results
-  mountpoint -q /share 2>/dev/null && LVM_AGENT_RESULTS=/share/results
+  grep -q ' /share ' /proc/mounts && LVM_AGENT_RESULTS=/share/results
 fi
 mkdir -p "$LVM_AGENT_RESULTS"
 export LVM_AGENT_RESULTS

@@ -14,12 +14,12 @@ set -euo pipefail
 
 CACHE=${LVM_AGENT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lvm-agent}
 HOST_PKGS=(qemu-system-x86 cpio kmod xz-utils)
-GUEST_PKGS=(bash busybox-static lvm2 dmsetup thin-provisioning-tools e2fsprogs)
+GUEST_PKGS=(bash busybox-static lvm2 dmsetup thin-provisioning-tools e2fsprogs mount)
 # Loaded in this order, each after its dependencies. crc32c_generic must be
 # explicit: libcrc32c asks for it through request_module, and the guest has no
 # working modprobe, so dm-thin-pool would fail with "Unknown symbol".
 MODULES=(crc32c_generic virtio_pci 9pnet_virtio 9p loop dm_mod dm_bufio
-  libcrc32c dm_persistent_data dm_bio_prison dm_thin_pool dm_snapshot ext4)
+  libcrc32c dm_persistent_data dm_bio_prison dm_thin_pool dm_snapshot dm_zero ext4)
 LIBDIR=usr/lib/x86_64-linux-gnu
 
 log() { echo "build-guest: $*" >&2; }
@@ -130,6 +130,10 @@ for p in bash lvm2 dmsetup thin-provisioning-tools e2fsprogs; do
     if [ -d "$work/pkgs/$p/$d" ]; then cp -a "$work/pkgs/$p/$d/." "$r/$d/"; fi
   done
 done
+# util-linux's losetup (from `mount`), as on the Vagrant VM and any Debian
+# host: busybox's has no --find/--show, which tests use. The rest of `mount`
+# is left out; busybox's mount serves /init.
+cp -a "$work/pkgs/mount/sbin/losetup" "$r/usr/sbin/"
 # busybox ash would run its own applets ahead of $PATH (its losetup has no
 # --show), so bash is /bin/sh and busybox only fills the names still missing.
 ln -s bash "$r/usr/bin/sh"

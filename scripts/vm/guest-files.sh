@@ -39,12 +39,13 @@ done
 export CGO_ENABLED=0
 flags=(-trimpath -ldflags "-s -w")
 rc=0
-build() { # NAME go-args...
-  local name=$1
-  shift
+build() { # NAME GO-ARGS... PACKAGE
+  local name=$1 pkg=${*: -1}
+  set -- "${@:2:$#-2}"
   local t0=$SECONDS
-  if (cd "$root" && go "$@" -o "$OUT/.$name.tmp") >"$OUT/.$name.log" 2>&1; then
+  if (cd "$root" && go "$@" -o "$OUT/.$name.tmp" "$pkg") >"$OUT/.$name.log" 2>&1; then
     mv "$OUT/.$name.tmp" "$OUT/$name"
+    rm -f "$OUT/.$name.log"
     log "$name ($((SECONDS - t0)) s)"
   else
     rm -f "$OUT/$name" "$OUT/.$name.tmp"

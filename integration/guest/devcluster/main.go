@@ -28,6 +28,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/lvm-agent/lvm-agent/integration/harness"
 	"github.com/lvm-agent/lvm-agent/kube"
@@ -71,6 +73,8 @@ func up(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	start := time.Now()
+	// envtest logs through controller-runtime, which complains (with a stack) when no logger is set.
+	ctrllog.SetLogger(klog.NewKlogr())
 	cp, err := harness.StartDevCluster(*assets, *dir, *timeout)
 	if err != nil {
 		return err

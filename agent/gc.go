@@ -1,0 +1,354 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/pager"
+	"k8s.io/klog/v2"
+
+	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/lvmbackend"
+)
+
+// Orphan garbage collection (opt-in). An LV is an orphan when it carries this
+// agent's ownership tag, is not tagged protected, no PVC with the tag's UID
+// exists, and no PV or PVC references it. That happens when a PVC is deleted
+// while its create is in flight (lvmd finishes the lvcreate, the answer finds
+// no PVC), or when a provisioner deletes a PV without asking for "deleting".
+//
+// An orphan is removed on the second pass that finds it orphaned, never on
+// the first. The mark between the passes is kept in this process only:
+// topolvm's lvmd has no RPC that adds a tag to an existing LV (the Backend
+// has none either), and keeping it in the API server (an annotation, a
+// ConfigMap) would need write access to objects the agent otherwise never
+// writes, against a minimal role. A mark lost with a restart only makes the
+// two passes start again, which delays a removal and never hastens one.
+//
+// Before removing anything the references are read from the API server (a
+// paged, consistent list), not only from the informers' caches: a cache may
+// lag, or (watch mode "labelled") not hold every PVC.
+
+// GCConfig configures the orphan collector.
+type GCConfig struct {
+	// Interval between passes; an orphan is removed at least this long after
+	// it was first found orphaned.
+	Interval time.Duration
+	// DryRun logs and counts what would be removed, and removes nothing.
+	DryRun bool
+}
+
+// Orphan is an LV found orphaned.
+type Orphan struct {
+	DeviceClass string
+	Name        string
+	OwnerUID    string
+	SizeBytes   int64
+	// Since is when a pass first found it orphaned.
+	Since time.Time
+}
+
+func (o Orphan) String() string { return o.DeviceClass + "/" + o.Name }
+
+// GCResult is what one pass did.
+type GCResult struct {
+	// Marked are orphans found for the first time: removed on a later pass.
+	Marked []Orphan
+	// Removed were removed (never in a dry run).
+	Removed []Orphan
+	// WouldRemove were orphaned on two passes but left in place: dry run, or
+	// an operation on the same LV was in flight.
+	WouldRemove []Orphan
+}
+
+// OrphanGC is the orphan collector of one agent.
+type OrphanGC struct {
+	a   *Agent
+	cfg GCConfig
+
+	mu    sync.Mutex
+	marks map[orphanKey]time.Time
+
+	passes   *prometheus.CounterVec
+	removals *prometheus.CounterVec
+	orphans  *prometheus.GaugeVec
+}
+
+// orphanKey names an orphan with its owner, so that an LV removed and made
+// again for another PVC between two passes is not taken for the one marked.
+type orphanKey struct {
+	target
+	uid string
+}
+
+// NewOrphanGC makes a collector for a's node; its metrics are registered
+// with reg (nil: not registered).
+func NewOrphanGC(a *Agent, cfg GCConfig, reg prometheus.Registerer) *OrphanGC {
+	g := &OrphanGC{a: a, cfg: cfg, marks: map[orphanKey]time.Time{},
+		passes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lvm_agent_orphan_gc_passes_total",
+			Help: "Orphan collector passes by result (ok, error)."}, []string{"result"}),
+		removals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lvm_agent_orphan_gc_removals_total",
+			Help: "Orphan LVs removed (result=removed) or that failed to be removed (result=error)."}, []string{"result"}),
+		orphans: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "lvm_agent_orphan_lvs",
+			Help: "Orphan LVs after the last pass: marked (found once, removed if still orphaned next pass) or would_remove (dry run, or busy)."}, []string{"phase"}),
+	}
+	if reg != nil {
+		reg.MustRegister(g.passes, g.removals, g.orphans)
+	}
+	return g
+}
+
+// Run makes a pass every Interval until ctx ends.
+func (g *OrphanGC) Run(ctx context.Context) {
+	klog.InfoS("Orphan LV collector started", "interval", g.cfg.Interval, "dryRun", g.cfg.DryRun)
+	t := time.NewTicker(g.cfg.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := g.Pass(ctx); err != nil && ctx.Err() == nil {
+			// Nothing was removed; the marks stay for the next pass.
+			klog.ErrorS(err, "Orphan LV collector pass failed; nothing removed")
+		}
+	}
+}
+
+// candidate is an LV with our ownership tag and without the protected tag.
+type candidate struct {
+	orphanKey
+	size int64
+}
+
+// Pass lists the LVs, marks new orphans and removes (or in a dry run,
+// reports) those marked on an earlier pass and still orphaned.
+func (g *OrphanGC) Pass(ctx context.Context) (GCResult, error) {
+	var res GCResult
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	// LVs first, then references: a PVC whose LV is seen existed before the
+	// listing of PVCs, so it cannot be missed by it.
+	cands, err := g.candidates(ctx)
+	if err == nil {
+		var orphaned []candidate
+		if orphaned, err = g.orphaned(ctx, cands); err == nil {
+			res = g.act(ctx, orphaned)
+		}
+	}
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	g.passes.WithLabelValues(result).Inc()
+	return res, err
+}
+
+func (g *OrphanGC) candidates(ctx context.Context) ([]candidate, error) {
+	lctx, cancel := context.WithTimeout(ctx, g.a.cfg.OpTimeout)
+	defer cancel()
+	caps, err := g.a.backend.Capacity(lctx)
+	if err != nil {
+		return nil, fmt.Errorf("list device classes: %w", err)
+	}
+	var out []candidate
+	seen := map[string]bool{} // a thick class of topolvm lists the thin LVs of its VG too
+	for _, c := range caps {
+		lvs, err := g.a.backend.ListVolumes(lctx, c.DeviceClass)
+		if err != nil {
+			return nil, fmt.Errorf("list LVs of %s: %w", c.DeviceClass, err)
+		}
+		for i := range lvs {
+			uid, ours := owner(&lvs[i])
+			if !ours || lvs[i].HasTag(ProtectedTag) || seen[lvs[i].Name+"\x00"+uid] {
+				continue
+			}
+			seen[lvs[i].Name+"\x00"+uid] = true
+			out = append(out, candidate{orphanKey{target{c.DeviceClass, lvs[i].Name}, uid}, lvs[i].SizeBytes})
+		}
+	}
+	return out, nil
+}
+
+// refs are what keeps an LV of ours: the UIDs of PVCs that exist and of the
+// claims PVs are bound to, and the LV names specs and volume handles give.
+type refs struct{ uids, names map[string]bool }
+
+func (r refs) keep(c candidate) bool { return r.uids[c.uid] || r.names[c.name] }
+
+func (r refs) add(obj runtime.Object) {
+	switch o := obj.(type) {
+	case *corev1.PersistentVolumeClaim:
+		r.uids[string(o.UID)] = true
+		if name := specName(o.Annotations[kube.AnnSpec]); name != "" {
+			r.names[name] = true
+		}
+	case *corev1.PersistentVolume:
+		if o.Spec.ClaimRef != nil && o.Spec.ClaimRef.UID != "" {
+			r.uids[string(o.Spec.ClaimRef.UID)] = true
+		}
+		if name := specName(o.Annotations[kube.AnnSpec]); name != "" {
+			r.names[name] = true
+		}
+		if o.Spec.CSI != nil && o.Spec.CSI.VolumeHandle != "" {
+			r.names[o.Spec.CSI.VolumeHandle] = true
+		}
+	}
+}
+
+// specName is the LV a spec names, read leniently: a spec the agent would
+// refuse still counts as a reference, since keeping an LV is the safe error.
+func specName(s string) string {
+	s = strings.TrimSpace(s)
+	if strings.HasPrefix(s, "{") {
+		var spec struct {
+			Name string `json:"name"`
+		}
+		_ = json.Unmarshal([]byte(s), &spec)
+		return spec.Name
+	}
+	_, lv, _ := strings.Cut(s, "/")
+	return lv
+}
+
+// orphaned filters the candidates: the informers' caches first (cheap, and
+// in the steady state they explain every LV), then, for what they do not
+// explain, a live list from the API server, which alone decides.
+func (g *OrphanGC) orphaned(ctx context.Context, cands []candidate) ([]candidate, error) {
+	if len(cands) == 0 {
+		return nil, nil
+	}
+	cached := refs{uids: map[string]bool{}, names: map[string]bool{}}
+	for _, o := range g.a.inf.PVC.GetStore().List() {
+		cached.add(o.(runtime.Object))
+	}
+	for _, o := range g.a.inf.PV.GetStore().List() {
+		cached.add(o.(runtime.Object))
+	}
+	var suspects []candidate
+	for _, c := range cands {
+		if !cached.keep(c) {
+			suspects = append(suspects, c)
+		}
+	}
+	if len(suspects) == 0 {
+		return nil, nil
+	}
+	live, err := g.liveRefs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []candidate
+	for _, c := range suspects {
+		if !live.keep(c) {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+// liveRefs lists every PVC and PV from the API server. An unset
+// resourceVersion makes the list a consistent read: the API server answers
+// with etcd's latest revision (from its watch cache once that has caught up),
+// never with a state older than the LVs just listed.
+func (g *OrphanGC) liveRefs(ctx context.Context) (refs, error) {
+	r := refs{uids: map[string]bool{}, names: map[string]bool{}}
+	lctx, cancel := context.WithTimeout(ctx, g.a.cfg.OpTimeout)
+	defer cancel()
+	core := g.a.client.CoreV1()
+	pvcs := pager.New(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		return core.PersistentVolumeClaims("").List(ctx, o)
+	})
+	pvs := pager.New(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		return core.PersistentVolumes().List(ctx, o)
+	})
+	for what, p := range map[string]*pager.ListPager{"PVCs": pvcs, "PVs": pvs} {
+		err := p.EachListItem(lctx, metav1.ListOptions{}, func(obj runtime.Object) error { r.add(obj); return nil })
+		if err != nil {
+			return r, fmt.Errorf("list %s: %w", what, err)
+		}
+	}
+	return r, nil
+}
+
+// act keeps the marks of this pass's orphans only (an LV that is gone or
+// referenced again loses its mark) and removes those marked before.
+func (g *OrphanGC) act(ctx context.Context, orphaned []candidate) GCResult {
+	var res GCResult
+	now := time.Now()
+	marks := map[orphanKey]time.Time{}
+	for _, c := range orphaned {
+		since, marked := g.marks[c.orphanKey]
+		o := Orphan{DeviceClass: c.deviceClass, Name: c.name, OwnerUID: c.uid, SizeBytes: c.size, Since: since}
+		switch {
+		case !marked:
+			o.Since = now
+			marks[c.orphanKey] = now
+			res.Marked = append(res.Marked, o)
+			klog.InfoS("Orphan LV found: no PVC or PV references it; removed on the next pass if still orphaned",
+				"lv", o, "ownerUID", o.OwnerUID, "dryRun", g.cfg.DryRun)
+		case g.cfg.DryRun:
+			marks[c.orphanKey] = since
+			res.WouldRemove = append(res.WouldRemove, o)
+			klog.InfoS("Dry run: would remove orphan LV", "lv", o, "ownerUID", o.OwnerUID, "sizeBytes", o.SizeBytes, "orphanedSince", since)
+		default:
+			switch err := g.remove(ctx, c); {
+			case errors.Is(err, errBusy):
+				marks[c.orphanKey] = since
+				res.WouldRemove = append(res.WouldRemove, o)
+			case err != nil:
+				marks[c.orphanKey] = since
+				g.removals.WithLabelValues("error").Inc()
+				klog.ErrorS(err, "Could not remove orphan LV; will try again next pass", "lv", o)
+			default:
+				res.Removed = append(res.Removed, o)
+				g.removals.WithLabelValues("removed").Inc()
+				klog.InfoS("Removed orphan LV", "lv", o, "ownerUID", o.OwnerUID, "sizeBytes", o.SizeBytes, "orphanedSince", since)
+			}
+		}
+	}
+	g.marks = marks
+	g.orphans.WithLabelValues("marked").Set(float64(len(res.Marked)))
+	g.orphans.WithLabelValues("would_remove").Set(float64(len(res.WouldRemove)))
+	slices.SortFunc(res.Removed, func(a, b Orphan) int { return strings.Compare(a.String(), b.String()) })
+	return res
+}
+
+var errBusy = errors.New("an operation on this LV is in flight")
+
+// remove takes the LV's operation lock (so that it never races the agent's
+// own create or delete of it) and removes it only if it is still the LV
+// that was marked: same owner, still not protected.
+func (g *OrphanGC) remove(ctx context.Context, c candidate) error {
+	if !g.a.acquire(c.target) {
+		return errBusy
+	}
+	defer g.a.release(c.target)
+	ctx, cancel := context.WithTimeout(ctx, g.a.cfg.OpTimeout)
+	defer cancel()
+	lv, err := g.a.backend.GetVolume(ctx, c.deviceClass, c.name)
+	if errors.Is(err, lvmbackend.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if uid, _ := owner(lv); uid != c.uid || lv.HasTag(ProtectedTag) {
+		return fmt.Errorf("LV %s changed since it was found orphaned (owner %q); left in place", c.target, uid)
+	}
+	if err := g.a.backend.RemoveVolume(ctx, c.deviceClass, c.name); err != nil && !errors.Is(err, lvmbackend.ErrNotFound) {
+		return err
+	}
+	return nil
+}

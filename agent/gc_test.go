@@ -1,0 +1,332 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/lvmbackend"
+	"github.com/lvm-agent/lvm-agent/lvmbackend/lvmdfake"
+)
+
+type gcEnv struct {
+	client *fake.Clientset
+	lvm    *lvmdfake.LVM
+	lvmd   *lvmdfake.Topolvm
+	socket string
+	agent  *Agent
+	gc     *OrphanGC
+	reg    *prometheus.Registry
+}
+
+// newGCEnv is an agent that is not running (its informer caches stay empty
+// unless withCache), with a collector, over a fake clientset holding objs and
+// a fake lvmd with the classes "thick" and "thin".
+func newGCEnv(t *testing.T, cfg GCConfig, withCache bool, objs ...runtime.Object) *gcEnv {
+	t.Helper()
+	e := &gcEnv{client: fake.NewClientset(objs...), socket: filepath.Join(t.TempDir(), "lvmd.sock"), reg: prometheus.NewRegistry()}
+	e.lvm = lvmdfake.NewLVM(lvmdfake.Class{Name: "thick", VG: "vg0", SizeBytes: 1 << 30},
+		lvmdfake.Class{Name: "thin", VG: "vg0", SizeBytes: 1 << 30, Thin: true, Overprovision: 5})
+	e.lvmd = lvmdfake.NewTopolvm(e.lvm)
+	require.NoError(t, e.lvmd.Serve(e.socket))
+	t.Cleanup(e.lvmd.Stop)
+	backend, err := lvmbackend.NewTopolvm(e.socket)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = backend.Close() })
+	inf := kube.NewInformers(e.client, node, kube.WatchAll)
+	e.agent, err = New(Config{Node: kube.Node{Name: node, Drivers: []string{kube.DefaultDriver}}, OpTimeout: 5 * time.Second},
+		e.client, backend, record.NewFakeRecorder(100), inf, nil)
+	require.NoError(t, err)
+	if withCache {
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		inf.Factory.Start(ctx.Done())
+		require.True(t, cache.WaitForCacheSync(ctx.Done(), inf.PVC.HasSynced, inf.PV.HasSynced))
+	}
+	e.gc = NewOrphanGC(e.agent, cfg, e.reg)
+	return e
+}
+
+func (e *gcEnv) lv(t *testing.T, class, name string, tags ...string) {
+	t.Helper()
+	_, err := e.lvm.Create(class, name, 4096, tags)
+	require.NoError(t, err)
+}
+
+func (e *gcEnv) names(t *testing.T, class string) []string {
+	t.Helper()
+	lvs, err := e.lvm.List(class)
+	require.NoError(t, err)
+	out := []string{}
+	for _, lv := range lvs {
+		out = append(out, lv.Name)
+	}
+	return out
+}
+
+func (e *gcEnv) pass(t *testing.T) GCResult {
+	t.Helper()
+	res, err := e.gc.Pass(context.Background())
+	require.NoError(t, err)
+	return res
+}
+
+func gcPVC(uid types.UID, spec string) *corev1.PersistentVolumeClaim {
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "pvc-" + string(uid), UID: uid,
+		Annotations: map[string]string{kube.AnnSelectedNode: node}}}
+	if spec != "" {
+		pvc.Annotations[kube.AnnSpec] = spec
+	}
+	return pvc
+}
+
+func gcPV(name string, claim types.UID, spec, handle string) *corev1.PersistentVolume {
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{}},
+		Spec: corev1.PersistentVolumeSpec{PersistentVolumeSource: corev1.PersistentVolumeSource{
+			CSI: &corev1.CSIPersistentVolumeSource{Driver: kube.DefaultDriver, VolumeHandle: handle}}}}
+	if claim != "" {
+		pv.Spec.ClaimRef = &corev1.ObjectReference{Namespace: "default", Name: "gone", UID: claim}
+	}
+	if spec != "" {
+		pv.Annotations[kube.AnnSpec] = spec
+	}
+	return pv
+}
+
+// An LV of ours is removed on the second pass that finds it orphaned, and
+// only when nothing in the API server refers to it.
+func TestOrphanGC(t *testing.T) {
+	deleting := gcPVC("live", "")
+	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	deleting.Finalizers = []string{"kubernetes.io/pvc-protection"}
+	cases := []struct {
+		name     string
+		class    string
+		tags     []string
+		objs     []runtime.Object
+		wantKept bool
+	}{
+		{name: "orphan", tags: []string{OwnerTag("gone")}},
+		{name: "thin orphan", class: "thin", tags: []string{OwnerTag("gone"), "app"}},
+		{name: "protected", tags: []string{OwnerTag("gone"), ProtectedTag}, wantKept: true},
+		{name: "untagged", tags: nil, wantKept: true},
+		{name: "foreign tags", tags: []string{"made-by-hand", "lvm-agent.pvcx"}, wantKept: true},
+		{name: "PVC exists", tags: []string{OwnerTag("live")}, objs: []runtime.Object{gcPVC("live", "")}, wantKept: true},
+		{name: "PVC being deleted", tags: []string{OwnerTag("live")}, objs: []runtime.Object{deleting}, wantKept: true},
+		{name: "PV bound to the claim", tags: []string{OwnerTag("gone")}, objs: []runtime.Object{gcPV("pv", "gone", "", "h")}, wantKept: true},
+		{name: "PV spec names it", tags: []string{OwnerTag("gone")}, objs: []runtime.Object{gcPV("pv", "", "vg9/lv1", "h")}, wantKept: true},
+		{name: "PV JSON spec names it", tags: []string{OwnerTag("gone")}, objs: []runtime.Object{gcPV("pv", "", `{"volumeGroup":"vg9","name":"lv1"}`, "h")}, wantKept: true},
+		{name: "PV volume handle", tags: []string{OwnerTag("gone")}, objs: []runtime.Object{gcPV("pv", "", "", "lv1")}, wantKept: true},
+		{name: "another PVC's spec names it", tags: []string{OwnerTag("gone")},
+			objs: []runtime.Object{gcPVC("other", `{"volumeGroup":"thick","name":"lv1","size":4096}`)}, wantKept: true},
+		{name: "unrelated objects", tags: []string{OwnerTag("gone")},
+			objs: []runtime.Object{gcPVC("other", `{"volumeGroup":"thick","name":"lv2","size":4096}`), gcPV("pv", "other", "thick/lv2", "lv2")}},
+	}
+	for _, tc := range cases {
+		for _, withCache := range []bool{false, true} {
+			name := tc.name + map[bool]string{false: "/live list", true: "/cache"}[withCache]
+			t.Run(name, func(t *testing.T) {
+				class := tc.class
+				if class == "" {
+					class = "thick"
+				}
+				e := newGCEnv(t, GCConfig{}, withCache, tc.objs...)
+				e.lv(t, class, "lv1", tc.tags...)
+				first := e.pass(t)
+				assert.Empty(t, first.Removed, "never on the first pass")
+				assert.Equal(t, []string{"lv1"}, e.names(t, class))
+				second := e.pass(t)
+				if tc.wantKept {
+					assert.Empty(t, first.Marked)
+					assert.Empty(t, second.Removed)
+					assert.Equal(t, []string{"lv1"}, e.names(t, class))
+					return
+				}
+				require.Len(t, first.Marked, 1)
+				assert.Equal(t, Orphan{DeviceClass: class, Name: "lv1", OwnerUID: "gone", SizeBytes: 4 << 20, Since: first.Marked[0].Since}, first.Marked[0])
+				require.Len(t, second.Removed, 1)
+				assert.Equal(t, first.Marked[0].Since, second.Removed[0].Since)
+				assert.Empty(t, e.names(t, class))
+				assert.Equal(t, 1.0, value(t, e.gc.removals.WithLabelValues("removed")))
+			})
+		}
+	}
+}
+
+// The decision to remove is taken on what the API server says, not on the
+// informers' caches: here the PVC exists, but the cache (not started, as in
+// watch mode "labelled" for an unlabelled PVC) does not hold it.
+func TestOrphanGCAsksTheAPIServer(t *testing.T) {
+	e := newGCEnv(t, GCConfig{}, false, gcPVC("live", ""))
+	e.lv(t, "thick", "lv1", OwnerTag("live"))
+	e.lv(t, "thick", "lv2", OwnerTag("gone"))
+	before := countActions(e.client, "list")
+	e.pass(t)
+	res := e.pass(t)
+	assert.Greater(t, countActions(e.client, "list"), before, "listed from the API server")
+	require.Len(t, res.Removed, 1)
+	assert.Equal(t, "lv2", res.Removed[0].Name)
+	assert.Equal(t, []string{"lv1"}, e.names(t, "thick"))
+
+	// When the caches explain every LV, no list is needed.
+	e = newGCEnv(t, GCConfig{}, true, gcPVC("live", ""))
+	e.lv(t, "thick", "lv1", OwnerTag("live"))
+	before = countActions(e.client, "list")
+	e.pass(t)
+	e.pass(t)
+	assert.Equal(t, before, countActions(e.client, "list"))
+	assert.Equal(t, []string{"lv1"}, e.names(t, "thick"))
+}
+
+func countActions(c *fake.Clientset, verb string) int {
+	n := 0
+	for _, a := range c.Actions() {
+		if a.GetVerb() == verb {
+			n++
+		}
+	}
+	return n
+}
+
+func TestOrphanGCDryRun(t *testing.T) {
+	e := newGCEnv(t, GCConfig{DryRun: true}, false)
+	e.lv(t, "thick", "lv1", OwnerTag("gone"))
+	first := e.pass(t)
+	require.Len(t, first.Marked, 1)
+	assert.Equal(t, 1.0, value(t, e.gc.orphans.WithLabelValues("marked")))
+	for i := 0; i < 2; i++ {
+		res := e.pass(t)
+		assert.Empty(t, res.Removed)
+		require.Len(t, res.WouldRemove, 1)
+		assert.Equal(t, "lv1", res.WouldRemove[0].Name)
+		assert.Equal(t, first.Marked[0].Since, res.WouldRemove[0].Since)
+	}
+	assert.Equal(t, []string{"lv1"}, e.names(t, "thick"))
+	assert.Equal(t, 1.0, value(t, e.gc.orphans.WithLabelValues("would_remove")))
+	assert.Equal(t, 0.0, value(t, e.gc.orphans.WithLabelValues("marked")))
+	assert.Equal(t, 0.0, value(t, e.gc.removals.WithLabelValues("removed")))
+	assert.Equal(t, 3.0, value(t, e.gc.passes.WithLabelValues("ok")))
+}
+
+// A mark is kept only while the LV stays orphaned: a reference in between
+// makes the two passes start again.
+func TestOrphanGCReferencedBetweenPasses(t *testing.T) {
+	e := newGCEnv(t, GCConfig{}, false)
+	e.lv(t, "thick", "lv1", OwnerTag("gone"))
+	require.Len(t, e.pass(t).Marked, 1)
+	_, err := e.client.CoreV1().PersistentVolumes().Create(context.Background(), gcPV("pv", "gone", "", "h"), metav1.CreateOptions{})
+	require.NoError(t, err)
+	res := e.pass(t)
+	assert.Empty(t, res.Removed)
+	assert.Empty(t, res.Marked)
+	require.NoError(t, e.client.CoreV1().PersistentVolumes().Delete(context.Background(), "pv", metav1.DeleteOptions{}))
+	res = e.pass(t)
+	assert.Empty(t, res.Removed, "marked afresh, not removed")
+	assert.Len(t, res.Marked, 1)
+	assert.Len(t, e.pass(t).Removed, 1)
+}
+
+// An LV removed and made again under the same name for another claim between
+// two passes is not the LV that was marked.
+func TestOrphanGCReplacedLV(t *testing.T) {
+	e := newGCEnv(t, GCConfig{}, false)
+	e.lv(t, "thick", "lv1", OwnerTag("gone"))
+	require.Len(t, e.pass(t).Marked, 1)
+	require.NoError(t, e.lvm.Remove("thick", "lv1"))
+	e.lv(t, "thick", "lv1", OwnerTag("gone-too"))
+	res := e.pass(t)
+	assert.Empty(t, res.Removed)
+	require.Len(t, res.Marked, 1)
+	assert.Equal(t, "gone-too", res.Marked[0].OwnerUID)
+}
+
+// The collector takes the agent's per-LV lock: it never removes an LV that a
+// create or delete is working on.
+func TestOrphanGCBusy(t *testing.T) {
+	e := newGCEnv(t, GCConfig{}, false)
+	e.lv(t, "thick", "lv1", OwnerTag("gone"))
+	e.pass(t)
+	require.True(t, e.agent.acquire(target{"thick", "lv1"}))
+	res := e.pass(t)
+	assert.Empty(t, res.Removed)
+	assert.Len(t, res.WouldRemove, 1)
+	assert.Equal(t, []string{"lv1"}, e.names(t, "thick"))
+	e.agent.release(target{"thick", "lv1"})
+	assert.Len(t, e.pass(t).Removed, 1)
+}
+
+// A failed pass removes nothing and keeps the marks; a new collector (an
+// agent restart) starts with none.
+func TestOrphanGCFailures(t *testing.T) {
+	e := newGCEnv(t, GCConfig{}, false)
+	e.lv(t, "thick", "lv1", OwnerTag("gone"))
+	e.pass(t)
+
+	e.lvmd.Stop()
+	_, err := e.gc.Pass(context.Background())
+	require.ErrorIs(t, err, lvmbackend.ErrUnavailable)
+	require.NoError(t, e.lvmd.Serve(e.socket))
+
+	e.client.PrependReactor("list", "persistentvolumes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("API server gone")
+	})
+	_, err = e.gc.Pass(context.Background())
+	require.ErrorContains(t, err, "API server gone")
+	assert.Equal(t, []string{"lv1"}, e.names(t, "thick"))
+	assert.Equal(t, 2.0, value(t, e.gc.passes.WithLabelValues("error")))
+	e.client.ReactionChain = e.client.ReactionChain[1:]
+
+	restarted := NewOrphanGC(e.agent, GCConfig{}, nil)
+	res, err := restarted.Pass(context.Background())
+	require.NoError(t, err)
+	assert.Empty(t, res.Removed, "a restart forgets the marks")
+	assert.Len(t, res.Marked, 1)
+
+	res = e.pass(t)
+	assert.Len(t, res.Removed, 1, "the mark survived the failed passes")
+}
+
+func TestOrphanGCRun(t *testing.T) {
+	e := newGCEnv(t, GCConfig{Interval: 20 * time.Millisecond}, false)
+	e.lv(t, "thick", "lv1", OwnerTag("gone"))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { e.gc.Run(ctx); close(done) }()
+	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		lvs, err := e.lvm.List("thick")
+		return len(lvs) == 0, err
+	})
+	cancel()
+	<-done
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, value(t, e.gc.passes.WithLabelValues("ok")), 2.0)
+}
+
+// value reads a counter or gauge (prometheus' testutil would need a module
+// this repository does not require).
+func value(t *testing.T, m prometheus.Metric) float64 {
+	t.Helper()
+	var out dto.Metric
+	require.NoError(t, m.Write(&out))
+	if out.Counter != nil {
+		return out.Counter.GetValue()
+	}
+	return out.Gauge.GetValue()
+}

@@ -1,0 +1,174 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/lvmbackend"
+	"github.com/lvm-agent/lvm-agent/lvmbackend/lvmdfake"
+)
+
+// startHybrid runs an agent in the hybrid watch mode; the test sweeps.
+func startHybrid(t *testing.T) (*env, *kube.Sweeper) {
+	t.Helper()
+	e := &env{client: fake.NewClientset(), socket: filepath.Join(t.TempDir(), "lvmd.sock")}
+	filterWatches(e.client)
+	e.lvm = lvmdfake.NewLVM(lvmdfake.Class{Name: "thick", VG: "vg0", SizeBytes: 1 << 30})
+	e.lvmd = lvmdfake.NewTopolvm(e.lvm)
+	require.NoError(t, e.lvmd.Serve(e.socket))
+	t.Cleanup(e.lvmd.Stop)
+	backend, err := lvmbackend.NewTopolvm(e.socket)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = backend.Close() })
+	n := kube.Node{Name: node, Drivers: []string{kube.DefaultDriver}}
+	cfg := Config{Node: n, BackoffBase: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Workers: 4}
+	inf := kube.NewInformers(e.client, node, kube.WatchHybrid, kube.WithOwner(n))
+	e.agent, err = New(cfg, e.client, backend, record.NewFakeRecorder(1000), inf, nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = e.agent.Run(ctx, time.Second); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	require.Eventually(t, e.agent.Synced, 10*time.Second, 5*time.Millisecond)
+	return e, kube.NewSweeper(e.client, e.agent, kube.SweepConfig{Node: n, Interval: time.Hour})
+}
+
+// filterWatches makes the fake clientset's watches honour label selectors,
+// as the API server does (its lists do already).
+func filterWatches(c *fake.Clientset) {
+	c.PrependWatchReactor("*", func(a k8stesting.Action) (bool, watch.Interface, error) {
+		sel := a.(k8stesting.WatchAction).GetWatchRestrictions().Labels
+		w, err := c.Tracker().Watch(a.GetResource(), a.GetNamespace())
+		if err != nil {
+			return true, nil, err
+		}
+		return true, watch.Filter(w, func(ev watch.Event) (watch.Event, bool) {
+			m, err := meta.Accessor(ev.Object)
+			return ev, err == nil && (sel == nil || sel.Matches(labels.Set(m.GetLabels())))
+		}), nil
+	})
+}
+
+func (e *env) lifecycle(t *testing.T, name string) string {
+	t.Helper()
+	pvc, err := e.client.CoreV1().PersistentVolumeClaims("default").Get(context.Background(), name, metav1.GetOptions{})
+	require.NoError(t, err)
+	return pvc.Annotations[kube.AnnLifecycle]
+}
+
+func TestHybridUnlabelledRequest(t *testing.T) {
+	e, s := startHybrid(t)
+	ctx := context.Background()
+	e.pvc(t, "default", "pvc", node, spec(`{"volumeGroup":"thick","name":"lv1","size":4096}`))
+	time.Sleep(100 * time.Millisecond)
+	assert.Equal(t, kube.StateCreating, e.lifecycle(t, "pvc"), "not labelled: the watch does not see it")
+	assert.Zero(t, e.patches())
+
+	require.NoError(t, s.Sweep(ctx))
+	assert.Equal(t, kube.StateCreated, e.waitPVC(t, "default", "pvc")[kube.AnnLifecycle])
+	// Sweeps after the answer: the agent sees the end, and writes nothing more.
+	for i := 0; i < 3; i++ {
+		require.NoError(t, s.Sweep(ctx))
+	}
+	time.Sleep(50 * time.Millisecond)
+	assert.Equal(t, 1, e.patches(), "one write per transition")
+	assert.Zero(t, e.agent.DSW.Len(), "the answered request is forgotten")
+	lvs, err := e.lvm.List("thick")
+	require.NoError(t, err)
+	assert.Len(t, lvs, 1)
+}
+
+// A sweep sees snapshots. The queue takes a swept object when it is a new
+// request: first seen, changed, or asked again after an answer (failed, then
+// creating again with the same spec between two sweeps reads the same), and
+// not when only the agent's own error annotation moved its resourceVersion.
+func TestSweptQueues(t *testing.T) {
+	n := kube.Node{Name: node, Drivers: []string{kube.DefaultDriver}}
+	c := fake.NewClientset()
+	a, err := New(Config{Node: n}, c, nil, record.NewFakeRecorder(10), kube.NewInformers(c, node, kube.WatchHybrid), nil)
+	require.NoError(t, err)
+	t.Cleanup(a.queue.ShutDown)
+	pvc := func(rv string, ann map[string]string) *corev1.PersistentVolumeClaim {
+		a := map[string]string{kube.AnnSelectedNode: node}
+		for k, v := range ann {
+			a[k] = v
+		}
+		return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pvc", UID: "uid-1", ResourceVersion: rv, Annotations: a}}
+	}
+	request := spec(`{"volumeGroup":"thick","name":"lv1","size":4096}`)
+	k := Key{Kind: KindPVC, Namespace: "ns", Name: "pvc"}
+	take := func() int {
+		n := a.queue.Len()
+		for i := 0; i < n; i++ {
+			got, _ := a.queue.Get()
+			assert.Equal(t, k, got)
+			a.queue.Done(got)
+		}
+		return n
+	}
+
+	a.Swept(pvc("1", request))
+	assert.Equal(t, 1, take(), "first seen")
+	a.Swept(pvc("1", request))
+	assert.Equal(t, 0, take(), "seen again")
+	withError := pvc("2", request)
+	withError.Annotations[kube.AnnError] = "lvmd unavailable"
+	a.Swept(withError)
+	assert.Equal(t, 0, take(), "only the agent's error annotation changed: retries come from the backoff")
+	a.ASW.Answered(k, "2")
+	a.Swept(pvc("5", request))
+	assert.Equal(t, 1, take(), "answered, then asked again")
+	assert.Equal(t, 1, a.DSW.Len())
+	a.Swept(pvc("6", map[string]string{kube.AnnLifecycle: kube.StateCreated}))
+	assert.Equal(t, 0, take())
+	assert.Zero(t, a.DSW.Len(), "ended")
+	assert.False(t, a.ASW.IsAnswered(k, "2"))
+
+	// Gone: forgotten, unless the name now holds another object.
+	a.Swept(pvc("7", request))
+	take()
+	other := pvc("8", request)
+	other.UID = "uid-2"
+	a.SweptGone(other)
+	assert.Equal(t, 1, a.DSW.Len(), "another object's end")
+	a.SweptGone(pvc("7", request))
+	assert.Zero(t, a.DSW.Len())
+}
+
+func TestHybridDeletedWhileOpen(t *testing.T) {
+	e, s := startHybrid(t)
+	ctx := context.Background()
+	e.lvm.SetHook(func(string, string, string) error { return errors.New("lvm is busy") }) // keeps it open
+	e.pvc(t, "default", "pvc", node, spec(`{"volumeGroup":"thick","name":"lv1","size":4096}`))
+	require.NoError(t, s.Sweep(ctx))
+	require.Eventually(t, func() bool { return e.agent.DSW.Len() == 1 }, 5*time.Second, 5*time.Millisecond)
+	require.NoError(t, e.client.CoreV1().PersistentVolumeClaims("default").Delete(ctx, "pvc", metav1.DeleteOptions{}))
+	require.NoError(t, s.Sweep(ctx))
+	assert.Zero(t, e.agent.DSW.Len(), "a deleted request is forgotten, not retried forever")
+}
+
+// A labelled request never waits for a sweep.
+func TestHybridLabelledRequest(t *testing.T) {
+	e, _ := startHybrid(t)
+	ann := spec(`{"volumeGroup":"thick","name":"lv1","size":4096}`)
+	pvc := e.pvc(t, "default", "pvc", node, nil)
+	_, err := kube.UpdatePvcWithAnnotations(context.Background(), e.client, "default", pvc.Name, "", kube.Set(ann),
+		kube.Set(map[string]string{kube.LabelNode: kube.NodeLabelValue(node)}))
+	require.NoError(t, err)
+	assert.Equal(t, kube.StateCreated, e.waitPVC(t, "default", "pvc")[kube.AnnLifecycle])
+}

@@ -1,0 +1,466 @@
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	lvmdtypes "github.com/topolvm/topolvm/pkg/lvmd/types"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	"k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/restmapper"
+)
+
+// deployDir is the repository's deploy/ ($LVM_AGENT_DEPLOY_DIR to test a copy).
+func deployDir() string {
+	if d := os.Getenv("LVM_AGENT_DEPLOY_DIR"); d != "" {
+		return d
+	}
+	return filepath.Join("..", "deploy")
+}
+
+// The kustomize base and overlay, rendered and applied to the real API
+// server with a server-side dry run and strict field validation.
+func TestDeployManifests(t *testing.T) {
+	for _, tc := range []struct {
+		dir   string
+		check func(t *testing.T, objs []*unstructured.Unstructured)
+	}{
+		{"base", checkSidecar},
+		{"overlays/host-lvmd", checkHostLVMD},
+	} {
+		t.Run(tc.dir, func(t *testing.T) {
+			objs := renderKustomization(t, filepath.Join(deployDir(), tc.dir))
+			checkCommon(t, objs)
+			tc.check(t, objs)
+			dryRunApply(t, objs)
+		})
+	}
+}
+
+func checkCommon(t *testing.T, objs []*unstructured.Unstructured) {
+	ds := deployTyped[appsv1.DaemonSet](t, deployFind(t, objs, "DaemonSet", "lvm-agent"))
+	assert.Equal(t, "lvm-agent", ds.Namespace)
+	pod := ds.Spec.Template.Spec
+
+	// The service account exists and is bound to a ClusterRole.
+	deployFind(t, objs, "ServiceAccount", pod.ServiceAccountName)
+	bound := false
+	for _, o := range objs {
+		if o.GetKind() != "ClusterRoleBinding" {
+			continue
+		}
+		crb := deployTyped[rbacv1.ClusterRoleBinding](t, o)
+		for _, s := range crb.Subjects {
+			bound = bound || s.Kind == "ServiceAccount" && s.Name == pod.ServiceAccountName && s.Namespace == ds.Namespace
+		}
+	}
+	assert.True(t, bound, "a ClusterRoleBinding binds ServiceAccount %s/%s", ds.Namespace, pod.ServiceAccountName)
+
+	// Every ConfigMap reference resolves.
+	for _, c := range pod.Containers {
+		for _, e := range c.Env {
+			if r := e.ValueFrom; r != nil && r.ConfigMapKeyRef != nil {
+				cm := deployTyped[corev1.ConfigMap](t, deployFind(t, objs, "ConfigMap", r.ConfigMapKeyRef.Name))
+				assert.Contains(t, cm.Data, r.ConfigMapKeyRef.Key, "env %s", e.Name)
+			}
+		}
+	}
+	for _, v := range pod.Volumes {
+		if v.ConfigMap != nil {
+			deployFind(t, objs, "ConfigMap", v.ConfigMap.Name)
+		}
+	}
+
+	// The agent's arguments are flags the binary knows, and its socket
+	// directory is mounted.
+	agentC := podContainer(t, pod, "lvm-agent")
+	env := map[string]string{"NODE_NAME": "node-1"}
+	for _, e := range agentC.Env {
+		if r := e.ValueFrom; r != nil && r.ConfigMapKeyRef != nil {
+			env[e.Name] = deployTyped[corev1.ConfigMap](t, deployFind(t, objs, "ConfigMap", r.ConfigMapKeyRef.Name)).Data[r.ConfigMapKeyRef.Key]
+		}
+	}
+	args := expandKube(t, agentC.Args, env)
+	checkAgentFlags(t, args)
+	socket := flagValue(args, "lvmd-socket")
+	require.NotEmpty(t, socket, "--lvmd-socket")
+	assert.Equal(t, filepath.Dir(socket), podMountPath(t, agentC, "lvmd-socket"))
+	assert.Equal(t, "ghcr.io/lvm-agent/lvm-agent:dev", agentC.Image)
+	require.NotNil(t, agentC.ReadinessProbe)
+	assert.Equal(t, "/readyz", agentC.ReadinessProbe.HTTPGet.Path)
+}
+
+func checkSidecar(t *testing.T, objs []*unstructured.Unstructured) {
+	ds := deployTyped[appsv1.DaemonSet](t, deployFind(t, objs, "DaemonSet", "lvm-agent"))
+	pod := ds.Spec.Template.Spec
+	assert.True(t, pod.HostPID, "lvmd runs lvm through nsenter into PID 1")
+	lvmd := podContainer(t, pod, "lvmd")
+	require.NotNil(t, lvmd.SecurityContext)
+	assert.Equal(t, deployPtr(true), lvmd.SecurityContext.Privileged)
+	assert.Equal(t, "/run/topolvm", podMountPath(t, lvmd, "lvmd-socket"))
+	assert.NotNil(t, podVolume(t, pod, "lvmd-socket").EmptyDir, "the socket is private to the pod")
+
+	// lvmd's configuration parses with lvmd's own types and serves the
+	// socket the agent dials.
+	cm := deployTyped[corev1.ConfigMap](t, deployFind(t, objs, "ConfigMap", podVolume(t, pod, "lvmd-config").ConfigMap.Name))
+	var cfg struct {
+		SocketName            string                           `json:"socket-name"`
+		DeviceClasses         []*lvmdtypes.DeviceClass         `json:"device-classes"`
+		LvcreateOptionClasses []*lvmdtypes.LvcreateOptionClass `json:"lvcreate-option-classes"`
+		LVMCommandPrefix      []string                         `json:"lvm-command-prefix"`
+	}
+	strictYAML(t, []byte(cm.Data["lvmd.yaml"]), &cfg)
+	assert.Equal(t, flagValue(podContainer(t, pod, "lvm-agent").Args, "lvmd-socket"), cfg.SocketName)
+	assert.Equal(t, "/etc/topolvm", podMountPath(t, lvmd, "lvmd-config"))
+	require.NotEmpty(t, cfg.DeviceClasses)
+	for _, dc := range cfg.DeviceClasses {
+		assert.NotEmpty(t, dc.Name)
+		assert.NotEmpty(t, dc.VolumeGroup)
+		assert.NotNil(t, dc.SpareGB, "spare-gb set (lvmd keeps 10 GiB free when it is not)")
+	}
+}
+
+func checkHostLVMD(t *testing.T, objs []*unstructured.Unstructured) {
+	ds := deployTyped[appsv1.DaemonSet](t, deployFind(t, objs, "DaemonSet", "lvm-agent"))
+	pod := ds.Spec.Template.Spec
+	require.Len(t, pod.Containers, 1)
+	assert.False(t, pod.HostPID)
+	v := podVolume(t, pod, "lvmd-socket")
+	assert.Nil(t, v.EmptyDir)
+	require.NotNil(t, v.HostPath)
+	assert.Equal(t, "/run/topolvm", v.HostPath.Path)
+	for _, v := range pod.Volumes {
+		assert.NotEqual(t, "lvmd-config", v.Name)
+	}
+	for _, o := range objs {
+		assert.False(t, o.GetKind() == "ConfigMap" && o.GetName() == "lvm-agent-lvmd", "lvmd's ConfigMap is dropped")
+	}
+}
+
+// The systemd unit's command line, with its environment file, is one the
+// binary accepts.
+func TestSystemdUnitFlags(t *testing.T) {
+	dir := filepath.Join(deployDir(), "systemd")
+	unit, err := os.ReadFile(filepath.Join(dir, "lvm-agent.service"))
+	require.NoError(t, err)
+	env := map[string]string{}
+	f, err := os.Open(filepath.Join(dir, "lvm-agent.env"))
+	require.NoError(t, err)
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		require.True(t, ok, "env line %q", line)
+		env[k] = strings.Trim(v, `"`)
+	}
+	keys := map[string]string{}
+	for _, l := range strings.Split(string(unit), "\n") {
+		if k, v, ok := strings.Cut(l, "="); ok && !strings.HasPrefix(l, "#") {
+			keys[k] += " " + v
+		}
+	}
+	require.NotEmpty(t, keys["ExecStart"])
+	args := expandSystemd(t, strings.Fields(keys["ExecStart"])[1:], env)
+	checkAgentFlags(t, args)
+	assert.Contains(t, strings.Fields(keys["After"]), "lvmd.service")
+	assert.Equal(t, "always", strings.TrimSpace(keys["Restart"]))
+	assert.NotEmpty(t, keys["EnvironmentFile"])
+}
+
+// checkAgentFlags runs the agent binary with args and --help: it exits 0
+// only if every flag before --help is one it knows.
+func checkAgentFlags(t *testing.T, args []string) {
+	t.Helper()
+	out, err := exec.Command(agentBin, append(args, "--help")...).CombinedOutput()
+	require.NoError(t, err, "lvm-agent %v: %s", args, out)
+}
+
+// expandKube expands $(VAR) as the kubelet does in container args.
+func expandKube(t *testing.T, args []string, env map[string]string) []string {
+	re := regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
+	var out []string
+	for _, a := range args {
+		out = append(out, re.ReplaceAllStringFunc(a, func(m string) string {
+			v, ok := env[re.FindStringSubmatch(m)[1]]
+			assert.True(t, ok, "%s is not defined in the container's env", m)
+			return v
+		}))
+	}
+	return out
+}
+
+// expandSystemd expands ${VAR} (one word) and $VAR (split on white space),
+// as systemd does in ExecStart.
+func expandSystemd(t *testing.T, args []string, env map[string]string) []string {
+	braced := regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
+	var out []string
+	for _, a := range args {
+		if name, ok := strings.CutPrefix(a, "$"); ok && !strings.HasPrefix(name, "{") {
+			out = append(out, strings.Fields(env[name])...)
+			continue
+		}
+		out = append(out, braced.ReplaceAllStringFunc(a, func(m string) string {
+			v, ok := env[braced.FindStringSubmatch(m)[1]]
+			assert.True(t, ok, "%s is not set in the environment file", m)
+			return v
+		}))
+	}
+	return out
+}
+
+func flagValue(args []string, name string) string {
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "--"+name+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// kustomization is the part of kustomize's format this renderer implements;
+// anything else in a kustomization.yaml fails the test rather than being
+// silently ignored.
+type kustomization struct {
+	APIVersion string   `json:"apiVersion"`
+	Kind       string   `json:"kind"`
+	Namespace  string   `json:"namespace,omitempty"`
+	Resources  []string `json:"resources,omitempty"`
+	Patches    []struct {
+		Path string `json:"path"`
+	} `json:"patches,omitempty"`
+}
+
+// renderKustomization renders dir as "kustomize build" would for the
+// features above: resources (files and directories), strategic merge
+// patches (including "$patch: delete" of a whole object) and namespace.
+func renderKustomization(t *testing.T, dir string) []*unstructured.Unstructured {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
+	require.NoError(t, err)
+	var k kustomization
+	strictYAML(t, raw, &k)
+	require.Equal(t, "Kustomization", k.Kind, dir)
+	var objs []*unstructured.Unstructured
+	for _, r := range k.Resources {
+		p := filepath.Join(dir, r)
+		fi, err := os.Stat(p)
+		require.NoError(t, err, "resource %s of %s", r, dir)
+		if fi.IsDir() {
+			objs = append(objs, renderKustomization(t, p)...)
+		} else {
+			objs = append(objs, readManifests(t, p)...)
+		}
+	}
+	for _, p := range k.Patches {
+		objs = applyPatch(t, objs, filepath.Join(dir, p.Path))
+	}
+	if k.Namespace != "" {
+		for _, o := range objs {
+			if !clusterScoped[o.GetKind()] {
+				// kustomize would move it; these manifests never rely on that.
+				require.Contains(t, []string{"", k.Namespace}, o.GetNamespace(), "%s %s", o.GetKind(), o.GetName())
+				o.SetNamespace(k.Namespace)
+			}
+			if strings.HasSuffix(o.GetKind(), "RoleBinding") {
+				subjects, _, _ := unstructured.NestedSlice(o.Object, "subjects")
+				for _, s := range subjects {
+					s := s.(map[string]any)
+					if s["kind"] == "ServiceAccount" {
+						require.Equal(t, k.Namespace, s["namespace"], "%s %s: subject %v", o.GetKind(), o.GetName(), s)
+					}
+				}
+			}
+		}
+	}
+	seen := map[string]bool{}
+	for _, o := range objs {
+		id := o.GetAPIVersion() + "/" + o.GetKind() + "/" + o.GetNamespace() + "/" + o.GetName()
+		require.False(t, seen[id], "%s defined twice", id)
+		seen[id] = true
+	}
+	return objs
+}
+
+var clusterScoped = map[string]bool{"Namespace": true, "ClusterRole": true, "ClusterRoleBinding": true,
+	"PriorityClass": true, "StorageClass": true, "CSIDriver": true, "CustomResourceDefinition": true}
+
+func readManifests(t *testing.T, path string) []*unstructured.Unstructured {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	d := yaml.NewYAMLOrJSONDecoder(f, 4096)
+	var out []*unstructured.Unstructured
+	for {
+		var m map[string]any
+		err := d.Decode(&m)
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		require.NoError(t, err, path)
+		if m == nil {
+			continue // an empty document
+		}
+		o := &unstructured.Unstructured{Object: m}
+		require.NotEmpty(t, o.GetKind(), "%s: a document without kind", path)
+		require.NotEmpty(t, o.GetName(), "%s: a %s without name", path, o.GetKind())
+		out = append(out, o)
+	}
+}
+
+func applyPatch(t *testing.T, objs []*unstructured.Unstructured, path string) []*unstructured.Unstructured {
+	t.Helper()
+	patches := readManifests(t, path)
+	require.Len(t, patches, 1, "%s: one patch per file", path)
+	p := patches[0]
+	var out []*unstructured.Unstructured
+	matched := 0
+	for _, o := range objs {
+		if o.GetKind() != p.GetKind() || o.GetName() != p.GetName() || p.GetNamespace() != "" && o.GetNamespace() != p.GetNamespace() {
+			out = append(out, o)
+			continue
+		}
+		matched++
+		if p.Object["$patch"] == "delete" {
+			continue
+		}
+		schema, err := scheme.Scheme.New(p.GroupVersionKind())
+		require.NoError(t, err, "%s: strategic merge needs a known kind", path)
+		merged, err := strategicpatch.StrategicMergeMapPatch(o.Object, p.Object, schema)
+		require.NoError(t, err, path)
+		out = append(out, &unstructured.Unstructured{Object: merged})
+	}
+	require.Equal(t, 1, matched, "%s matches %d objects", path, matched)
+	return out
+}
+
+func strictYAML(t *testing.T, data []byte, into any) {
+	t.Helper()
+	j, err := yaml.ToJSON(data)
+	require.NoError(t, err)
+	d := json.NewDecoder(bytes.NewReader(j))
+	d.DisallowUnknownFields()
+	require.NoError(t, d.Decode(into))
+}
+
+// dryRunApply server-side applies every object with dryRun=All and strict
+// field validation: the API server validates and admits them, stores nothing.
+func dryRunApply(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	ctx := context.Background()
+	// Namespaced objects need their namespace to exist, even in a dry run.
+	for _, o := range objs {
+		if o.GetKind() == "Namespace" {
+			_, err := cp.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: o.GetName()}}, metav1.CreateOptions{})
+			if !apierrors.IsAlreadyExists(err) {
+				require.NoError(t, err)
+			}
+		}
+	}
+	dyn, err := dynamic.NewForConfig(cp.Config)
+	require.NoError(t, err)
+	cs, err := kubernetes.NewForConfig(cp.Config)
+	require.NoError(t, err)
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(cs.Discovery()))
+	force := true
+	for _, o := range objs {
+		gvk := o.GroupVersionKind()
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		require.NoError(t, err, "%v", gvk)
+		var r dynamic.ResourceInterface = dyn.Resource(m.Resource)
+		if m.Scope.Name() == "namespace" {
+			require.NotEmpty(t, o.GetNamespace(), "%s %s has no namespace", gvk.Kind, o.GetName())
+			r = dyn.Resource(m.Resource).Namespace(o.GetNamespace())
+		} else {
+			require.Empty(t, o.GetNamespace(), "%s %s is cluster-scoped", gvk.Kind, o.GetName())
+		}
+		data, err := o.MarshalJSON()
+		require.NoError(t, err)
+		_, err = r.Patch(ctx, o.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{
+			DryRun: []string{metav1.DryRunAll}, FieldManager: "lvm-agent-deploy-test", Force: &force,
+			FieldValidation: metav1.FieldValidationStrict})
+		require.NoError(t, err, "dry-run apply of %s %s", gvk.Kind, o.GetName())
+	}
+}
+
+func deployFind(t *testing.T, objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			return o
+		}
+	}
+	require.FailNow(t, fmt.Sprintf("no %s %q rendered", kind, name))
+	return nil
+}
+
+func deployTyped[T any](t *testing.T, o *unstructured.Unstructured) *T {
+	t.Helper()
+	out := new(T)
+	require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(o.Object, out, true))
+	return out
+}
+
+func podContainer(t *testing.T, pod corev1.PodSpec, name string) corev1.Container {
+	t.Helper()
+	for _, c := range pod.Containers {
+		if c.Name == name {
+			return c
+		}
+	}
+	require.FailNow(t, "no container "+name)
+	return corev1.Container{}
+}
+
+func podVolume(t *testing.T, pod corev1.PodSpec, name string) corev1.Volume {
+	t.Helper()
+	for _, v := range pod.Volumes {
+		if v.Name == name {
+			return v
+		}
+	}
+	require.FailNow(t, "no volume "+name)
+	return corev1.Volume{}
+}
+
+func podMountPath(t *testing.T, c corev1.Container, volume string) string {
+	t.Helper()
+	for _, m := range c.VolumeMounts {
+		if m.Name == volume {
+			return m.MountPath
+		}
+	}
+	require.FailNow(t, fmt.Sprintf("container %s does not mount %s", c.Name, volume))
+	return ""
+}
+
+func deployPtr[T any](v T) *T { return &v }

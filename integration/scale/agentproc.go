@@ -1,0 +1,280 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/lvm-agent/lvm-agent/integration/harness"
+	"github.com/lvm-agent/lvm-agent/lvmbackend"
+	"github.com/lvm-agent/lvm-agent/lvmbackend/lvmdfake"
+)
+
+// agentProc is one agent under measurement with its fake lvmd.
+type agentProc struct {
+	proc    *harness.Process
+	lvm     *lvmdfake.LVM
+	lvmd    *lvmdfake.Topolvm
+	addr    string // its metrics address
+	started time.Time
+}
+
+// startAgent starts a fake lvmd (one thick device class "vg1" of 64 TiB:
+// every LV of a row fits) and the agent for benchNode.
+func startAgent(tb harness.TB, bin, kubeconfig, mode string, cfg config) (*agentProc, error) {
+	a := &agentProc{lvm: lvmdfake.NewLVM(lvmdfake.Class{Name: "vg1", SizeBytes: 64 << 40})}
+	a.lvmd = lvmdfake.NewTopolvm(a.lvm)
+	socket := filepath.Join(tb.TempDir(), "lvmd.sock")
+	if err := a.lvmd.Serve(socket); err != nil {
+		return nil, err
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	a.addr = l.Addr().String()
+	l.Close()
+	args := append([]string{"--node-name", benchNode, "--kubeconfig", kubeconfig, "--lvmd-socket", socket,
+		"--metrics-address", a.addr, "--watch-mode", mode, "--sweep-interval", cfg.sweepInterval.String()}, cfg.agentArgs...)
+	a.started = time.Now()
+	a.proc = harness.StartAgent(tb, bin, args...)
+	return a, nil
+}
+
+// waitReady polls /readyz (the informers synced and lvmd reachable) and
+// returns the time from the process start.
+func (a *agentProc) waitReady(ctx context.Context, timeout time.Duration) (time.Duration, error) {
+	c := http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		resp, err := c.Get("http://" + a.addr + "/readyz")
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return time.Since(a.started), nil
+			}
+		}
+		if a.proc.Cmd.ProcessState != nil {
+			return 0, fmt.Errorf("agent exited: %s", a.proc.Output())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return 0, fmt.Errorf("agent not ready after %v; output:\n%s", timeout, tail(a.proc.Output(), 40))
+}
+
+func (a *agentProc) stop() {
+	_, _ = a.proc.Signal(syscall.SIGTERM, 30*time.Second)
+	a.proc.Kill()
+	a.lvmd.Stop()
+}
+
+// procStats is what /proc says about the agent.
+type procStats struct {
+	rssMiB, hwmMiB float64 // VmRSS, VmHWM
+	cpuSeconds     float64 // utime + stime
+}
+
+func (a *agentProc) stats() (procStats, error) {
+	pid := a.proc.Cmd.Process.Pid
+	var s procStats
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return s, err
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		kb, _ := strconv.ParseFloat(f[1], 64)
+		switch f[0] {
+		case "VmRSS:":
+			s.rssMiB = kb / 1024
+		case "VmHWM:":
+			s.hwmMiB = kb / 1024
+		}
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return s, err
+	}
+	// The command may contain spaces: fields count from after its ")".
+	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	if len(f) < 13 {
+		return s, fmt.Errorf("short /proc/%d/stat", pid)
+	}
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	s.cpuSeconds = (utime + stime) / 100 // USER_HZ, always 100 in /proc
+	return s, nil
+}
+
+// metrics is one scrape of the agent's /metrics: series → value, with the
+// series written as the text format prints it (labels sorted).
+type metrics map[string]float64
+
+func (a *agentProc) scrape() (metrics, error) {
+	c := http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Get("http://" + a.addr + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	out := metrics{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i <= 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			continue
+		}
+		out[line[:i]] = v
+	}
+	return out, sc.Err()
+}
+
+// sum adds the series of name whose labels contain every one of match
+// (each `key="value"`).
+func (m metrics) sum(name string, match ...string) float64 {
+	total := 0.0
+	for series, v := range m {
+		if series != name && !strings.HasPrefix(series, name+"{") {
+			continue
+		}
+		ok := true
+		for _, want := range match {
+			if !strings.Contains(series, want) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			total += v
+		}
+	}
+	return total
+}
+
+// sub is m - base, series by series.
+func (m metrics) sub(base metrics) metrics {
+	out := metrics{}
+	for k, v := range m {
+		out[k] = v - base[k]
+	}
+	return out
+}
+
+func tail(s string, lines int) string {
+	parts := strings.Split(s, "\n")
+	if len(parts) > lines {
+		parts = parts[len(parts)-lines:]
+	}
+	return strings.Join(parts, "\n")
+}
+
+// quantile estimates the q-quantile of a histogram from its buckets (in a
+// difference of two scrapes: what was observed between them), interpolating
+// within the bucket, as Prometheus' histogram_quantile does.
+func (m metrics) quantile(name string, q float64, match ...string) time.Duration {
+	type bucket struct{ le, n float64 }
+	var bs []bucket
+	for series, v := range m {
+		if !strings.HasPrefix(series, name+"_bucket{") {
+			continue
+		}
+		ok := true
+		for _, want := range match {
+			if !strings.Contains(series, want) {
+				ok = false
+			}
+		}
+		i := strings.Index(series, `le="`)
+		if !ok || i < 0 {
+			continue
+		}
+		le := series[i+4:]
+		le = le[:strings.IndexByte(le, '"')]
+		f, err := strconv.ParseFloat(le, 64)
+		if err != nil {
+			continue
+		}
+		bs = append(bs, bucket{f, v})
+	}
+	sort.Slice(bs, func(i, j int) bool { return bs[i].le < bs[j].le })
+	if len(bs) == 0 || bs[len(bs)-1].n == 0 {
+		return 0
+	}
+	rank := q * bs[len(bs)-1].n
+	lower, below := 0.0, 0.0
+	for _, b := range bs {
+		if b.n >= rank {
+			if math.IsInf(b.le, 1) {
+				return time.Duration(lower * float64(time.Second))
+			}
+			frac := 0.0
+			if b.n > below {
+				frac = (rank - below) / (b.n - below)
+			}
+			return time.Duration((lower + (b.le-lower)*frac) * float64(time.Second))
+		}
+		lower, below = b.le, b.n
+	}
+	return time.Duration(lower * float64(time.Second))
+}
+
+// lvmdCalls measures what lvmd costs a create with the fake at 0 ms, over
+// the socket from this process: the GetLVList the agent looks first with,
+// then CreateLV, n times one after the other (the VG holding up to n LVs,
+// as in a burst).
+func lvmdCalls(tb harness.TB, n int) (p50, p99 time.Duration, err error) {
+	lvm := lvmdfake.NewLVM(lvmdfake.Class{Name: "vg1", SizeBytes: 64 << 40})
+	srv := lvmdfake.NewTopolvm(lvm)
+	socket := filepath.Join(tb.TempDir(), "lvmd.sock")
+	if err := srv.Serve(socket); err != nil {
+		return 0, 0, err
+	}
+	defer srv.Stop()
+	b, err := lvmbackend.NewTopolvm(socket)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer b.Close()
+	ctx := context.Background()
+	d := make([]time.Duration, 0, n)
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("lv-%05d", i)
+		start := time.Now()
+		if _, err := b.GetVolume(ctx, "vg1", name); !errors.Is(err, lvmbackend.ErrNotFound) {
+			return 0, 0, fmt.Errorf("get %s: %v", name, err)
+		}
+		if _, err := b.CreateVolume(ctx, lvmbackend.CreateRequest{DeviceClass: "vg1", Name: name, SizeBytes: 4 << 20}); err != nil {
+			return 0, 0, err
+		}
+		d = append(d, time.Since(start))
+	}
+	return percentile(d, 0.5), percentile(d, 0.99), nil
+}

@@ -1,0 +1,193 @@
+// Command scale measures what the lvm-agent costs as a cluster grows: the
+// real agent binary, as a child process, against a real etcd +
+// kube-apiserver (integration/harness) holding F foreign PVCs and F foreign
+// PVs (other nodes' objects, some with open requests, under constant
+// churn), with the fake lvmd in this process on a unix socket. For each
+// number of foreign objects and each watch mode it starts a fresh agent and
+// prints one row: memory, CPU, what the agent received, start-to-ready time,
+// and bursts of creates for its node. The foreign objects are made once,
+// growing between the rows; only the agent restarts.
+//
+//	KUBEBUILDER_ASSETS=$(scripts/kube-assets.sh) go run ./integration/scale [flags]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lvm-agent/lvm-agent/integration/harness"
+)
+
+type config struct {
+	foreign        []int
+	modes          []string
+	burst          int
+	latencies      []time.Duration
+	sequential     int
+	unlabelledFrac float64
+	churn          float64
+	createWorkers  int
+	sweepInterval  time.Duration
+	agentArgs      []string
+	agentBin       string
+	verbose        bool
+}
+
+func main() {
+	cfg := config{}
+	foreign := flag.String("foreign", "0,10000,50000", "numbers of foreign PVCs (and as many PVs), comma-separated, ascending")
+	modes := flag.String("modes", "labelled,hybrid,all", "watch modes, comma-separated")
+	latencies := flag.String("lvmd-latency", "0,20ms", "fake lvmd latency of each burst, comma-separated")
+	flag.IntVar(&cfg.burst, "burst", 1000, "creates per burst")
+	flag.IntVar(&cfg.sequential, "sequential", 100, "creates one at a time (lvmd 0 ms) to measure per-request overhead without queueing")
+	flag.Float64Var(&cfg.unlabelledFrac, "unlabelled", 0.25, "fraction of foreign objects without the volume.node label (written by a provisioner that does not label, or another driver)")
+	flag.Float64Var(&cfg.churn, "churn", 20, "foreign writes per second during the rows")
+	flag.IntVar(&cfg.createWorkers, "create-workers", 32, "parallel writers for the foreign objects")
+	flag.DurationVar(&cfg.sweepInterval, "sweep-interval", 30*time.Second, "the agent's --sweep-interval")
+	extra := flag.String("agent-args", "", "extra agent flags, space-separated")
+	flag.StringVar(&cfg.agentBin, "agent-bin", "", "agent binary (default: $LVM_AGENT_BIN, or built from this module)")
+	flag.BoolVar(&cfg.verbose, "v", false, "print the agent's output of each row")
+	flag.Parse()
+	var err error
+	if cfg.foreign, err = ints(*foreign); err != nil {
+		fatal("-foreign: %v", err)
+	}
+	cfg.modes = split(*modes)
+	for _, s := range split(*latencies) {
+		d, err := parseDuration(s)
+		if err != nil {
+			fatal("-lvmd-latency: %v", err)
+		}
+		cfg.latencies = append(cfg.latencies, d)
+	}
+	cfg.agentArgs = strings.Fields(*extra)
+	rows, lvmd, err := run(context.Background(), cfg, os.Stderr)
+	if err != nil {
+		fatal("%v", err)
+	}
+	printTable(os.Stdout, cfg, rows, lvmd)
+}
+
+// run makes the cluster, then each row; progress goes to log.
+func run(ctx context.Context, cfg config, log *os.File) ([]*row, [2]time.Duration, error) {
+	var lvmd [2]time.Duration
+	tb := &programTB{log: log}
+	defer tb.cleanup()
+	start := time.Now()
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(log, "[%6.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
+	}
+	dir := tb.TempDir()
+	var err error
+	if lvmd[0], lvmd[1], err = lvmdCalls(tb, cfg.burst); err != nil {
+		return nil, lvmd, err
+	}
+	logf("lvmd calls per create (GetLVList + CreateLV, 0 ms, %d LVs): p50 %v, p99 %v", cfg.burst, lvmd[0], lvmd[1])
+	bin := cfg.agentBin
+	if bin == "" {
+		bin = harness.AgentBinary(tb, dir)
+	}
+	logf("starting etcd + kube-apiserver")
+	cp, err := harness.StartDevCluster("", dir, 2*time.Minute)
+	if err != nil {
+		return nil, lvmd, err
+	}
+	tb.Cleanup(func() { _ = cp.Env.Stop() })
+	cl, err := newCluster(ctx, cp, cfg, logf)
+	if err != nil {
+		return nil, lvmd, err
+	}
+	defer cl.stopChurn()
+	var rows []*row
+	for _, f := range cfg.foreign {
+		cl.stopChurn()
+		if err := cl.grow(ctx, f); err != nil {
+			return nil, lvmd, err
+		}
+		cl.startChurn(ctx)
+		for _, mode := range cfg.modes {
+			logf("row: mode %s, %d foreign PVCs + %d foreign PVs", mode, f, f)
+			r, err := runRow(ctx, cl, tb, bin, mode, f, logf)
+			if err != nil {
+				return nil, lvmd, fmt.Errorf("row %s/%d: %w", mode, f, err)
+			}
+			rows = append(rows, r)
+		}
+	}
+	logf("done")
+	return rows, lvmd, nil
+}
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for _, p := range split(s) {
+		p = strings.NewReplacer("k", "000", "K", "000").Replace(p)
+		n, err := strconv.Atoi(p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	if !sort.IntsAreSorted(out) {
+		return nil, fmt.Errorf("%q is not ascending", s)
+	}
+	return out, nil
+}
+
+func split(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func parseDuration(s string) (time.Duration, error) {
+	if s == "0" {
+		return 0, nil
+	}
+	return time.ParseDuration(s)
+}
+
+func fatal(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "scale: "+format+"\n", args...)
+	os.Exit(1)
+}
+
+// programTB lets the harness run in a program: a failure aborts the run.
+type programTB struct {
+	log      *os.File
+	cleanups []func()
+	dirs     []string
+}
+
+func (p *programTB) Helper()                   {}
+func (p *programTB) Fatalf(f string, a ...any) { panic(fmt.Sprintf(f, a...)) }
+func (p *programTB) Logf(f string, a ...any)   { fmt.Fprintf(p.log, f+"\n", a...) }
+func (p *programTB) Cleanup(f func())          { p.cleanups = append(p.cleanups, f) }
+func (p *programTB) Failed() bool              { return false }
+func (p *programTB) TempDir() string {
+	d, err := os.MkdirTemp("", "lvm-agent-scale")
+	if err != nil {
+		panic(err)
+	}
+	p.dirs = append(p.dirs, d)
+	return d
+}
+
+func (p *programTB) cleanup() {
+	for i := len(p.cleanups) - 1; i >= 0; i-- {
+		p.cleanups[i]()
+	}
+	for _, d := range p.dirs {
+		os.RemoveAll(d)
+	}
+}

@@ -1,0 +1,115 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+
+	"github.com/lvm-agent/lvm-agent/integration/harness"
+	"github.com/lvm-agent/lvm-agent/kube"
+)
+
+// The three watch modes against a real API server: what each one receives,
+// which requests it answers, and that each answer is one write.
+func TestWatchModes(t *testing.T) {
+	ctx := context.Background()
+	// Objects of other nodes, labelled (our provisioner) and not (another one).
+	for i := 0; i < 10; i++ {
+		for _, labelled := range []bool{true, false} {
+			name := fmt.Sprintf("wm-foreign-%d-%v", i, labelled)
+			harness.PVC(t, cp.Client, "default", name, "node-elsewhere")
+			var labels kube.Change
+			if labelled {
+				labels = kube.Set(map[string]string{kube.LabelNode: "node-elsewhere"})
+			}
+			_, err := kube.UpdatePvcWithAnnotations(ctx, cp.Client, "default", name, "",
+				kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreating, kube.AnnSpec: `{"volumeGroup":"vg1","name":"x","size":4096}`}), labels)
+			require.NoError(t, err)
+		}
+	}
+	for _, c := range []struct {
+		mode              kube.WatchMode
+		answersUnlabelled bool
+		filtered          bool // by the API server: no foreign object reaches the agent's watch
+	}{
+		{kube.WatchHybrid, true, true},
+		{kube.WatchLabelled, false, true},
+		{kube.WatchAll, true, false},
+	} {
+		t.Run(string(c.mode), func(t *testing.T) {
+			addr := freeAddr(t)
+			n := startNode(t, "--watch-mode", string(c.mode), "--sweep-interval", "300ms", "--metrics-address", addr)
+			waitHTTP(t, addr, "/readyz", 200)
+			ns := "default"
+			prefix := "wm-" + string(c.mode)
+
+			// Our provisioner: labelled, answered at once in every mode.
+			require.NoError(t, n.create(t, ns, prefix+"-labelled", spec(prefix+"-lv1", "4Mi")))
+
+			// The original provisioner: no label.
+			harness.PVC(t, cp.Client, ns, prefix+"-unlabelled", n.name)
+			_, err := kube.UpdatePvcWithAnnotations(ctx, cp.Client, ns, prefix+"-unlabelled", "",
+				kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreating, kube.AnnSpec: `{"volumeGroup":"vg1","name":"` + prefix + `-lv2","size":4194304}`}), nil)
+			require.NoError(t, err)
+			pv := harness.PV(t, cp.Client, prefix+"-pv", n.name, kube.DefaultDriver, "")
+			_, err = kube.UpdatePvWithAnnotations(ctx, cp.Client, pv.Name, "",
+				kube.Set(map[string]string{kube.AnnLifecycle: kube.StateDeleting, kube.AnnSpec: "vg1/absent"}), nil)
+			require.NoError(t, err)
+			getPVC := func(ctx context.Context) (metav1.Object, error) {
+				return cp.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, prefix+"-unlabelled", metav1.GetOptions{})
+			}
+			getPV := func(ctx context.Context) (metav1.Object, error) {
+				return cp.Client.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
+			}
+			if c.answersUnlabelled {
+				harness.WaitFor(t, 10*time.Second, getPVC, func(a map[string]string) bool { return a[kube.AnnLifecycle] == kube.StateCreated })
+				harness.WaitFor(t, 10*time.Second, getPV, func(a map[string]string) bool { return a[kube.AnnLifecycle] == kube.StateDeleted })
+			} else {
+				time.Sleep(2 * time.Second) // several sweep intervals, had there been sweeps
+				o, err := getPVC(ctx)
+				require.NoError(t, err)
+				assert.Equal(t, kube.StateCreating, o.GetAnnotations()[kube.AnnLifecycle], "labelled mode sees only labelled requests")
+			}
+
+			m := scrape(t, addr)
+			answered := 1.0
+			if c.answersUnlabelled {
+				answered = 2
+				assert.Equal(t, 1.0, m[`lvm_agent_kube_requests_total{code="200",resource="persistentvolumes",verb="patch"}`], "one write per transition")
+			}
+			assert.Equal(t, answered, m[`lvm_agent_kube_requests_total{code="200",resource="persistentvolumeclaims",verb="patch"}`], "one write per transition")
+			assert.Zero(t, m[`lvm_agent_kube_requests_total{code="409",resource="persistentvolumeclaims",verb="patch"}`])
+			assert.Greater(t, m[`lvm_agent_kube_received_bytes_total{resource="persistentvolumeclaims",verb="watch"}`], 0.0)
+			assert.Greater(t, m[`lvm_agent_kube_watch_events_total{resource="persistentvolumeclaims"}`], 0.0)
+			foreign := m[`lvm_agent_kube_objects_received_total{foreign="true",resource="persistentvolumeclaims",source="informer"}`] +
+				m[`lvm_agent_kube_objects_received_total{foreign="true",resource="persistentvolumes",source="informer"}`]
+			if c.filtered {
+				assert.Zero(t, foreign, "no other node's object reaches the watch")
+				assert.Greater(t, m[`lvm_agent_kube_objects_received_total{foreign="false",resource="persistentvolumeclaims",source="informer"}`], 0.0)
+			} else {
+				assert.GreaterOrEqual(t, foreign, 20.0, "every PVC of the other node")
+			}
+			if c.mode == kube.WatchHybrid {
+				assert.Greater(t, m[`lvm_agent_sweeps_total{result="ok"}`], 0.0)
+				assert.Equal(t, 1.0, m[`lvm_agent_unlabelled_requests_total{resource="persistentvolumeclaims"}`])
+				assert.Equal(t, 1.0, m[`lvm_agent_unlabelled_requests_total{resource="persistentvolumes"}`])
+				assert.GreaterOrEqual(t, m[`lvm_agent_kube_objects_received_total{foreign="true",resource="persistentvolumeclaims",source="sweep"}`], 10.0,
+					"the sweep lists the unlabelled PVCs of every node")
+				// The provisioner's operator is told why the request was slow.
+				require.Eventually(t, func() bool {
+					evs, err := cp.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
+						"involvedObject.name": prefix + "-unlabelled", "reason": "UnlabelledRequest"}.String()})
+					return err == nil && len(evs.Items) == 1
+				}, 10*time.Second, 50*time.Millisecond)
+			} else {
+				assert.NotContains(t, m, `lvm_agent_sweeps_total{result="ok"}`)
+			}
+		})
+	}
+}

@@ -1,0 +1,141 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
+)
+
+// recorderTarget is a SweepTarget that remembers what it was given.
+type recorderTarget struct{ swept, gone []string }
+
+func (r *recorderTarget) Swept(obj runtime.Object) {
+	m, _ := metaOf(obj)
+	r.swept = append(r.swept, m.GetNamespace()+"/"+m.GetName()+"="+m.GetAnnotations()[AnnLifecycle])
+}
+
+func (r *recorderTarget) SweptGone(obj runtime.Object) {
+	m, _ := metaOf(obj)
+	r.gone = append(r.gone, m.GetNamespace()+"/"+m.GetName())
+}
+
+func (r *recorderTarget) reset() { r.swept, r.gone = nil, nil }
+
+func sweepPVC(name, selected, lifecycle string, labels map[string]string) *corev1.PersistentVolumeClaim {
+	ann := map[string]string{AnnSelectedNode: selected}
+	if lifecycle != "" {
+		ann[AnnLifecycle] = lifecycle
+	}
+	return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID(name + "-uid"),
+		Annotations: ann, Labels: labels}}
+}
+
+func sweepPV(name, node, driver, lifecycle string) *corev1.PersistentVolume {
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(name + "-uid"),
+		Annotations: map[string]string{AnnLifecycle: lifecycle, AnnSpec: "vg/" + name}}}
+	pv.Spec.CSI = &corev1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: name}
+	pv.Spec.NodeAffinity = &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+		MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}}}}}}
+	return pv
+}
+
+func TestSweep(t *testing.T) {
+	ctx := context.Background()
+	me := Node{Name: "node-a", Drivers: []string{DefaultDriver}}
+	c := fake.NewClientset(
+		sweepPVC("mine", "node-a", StateCreating, nil),
+		sweepPVC("mine-done", "node-a", StateCreated, nil),
+		sweepPVC("mine-no-request", "node-a", "", nil),
+		sweepPVC("other-node", "node-b", StateCreating, nil),
+		// Labelled requests are the informers': the sweep never lists them.
+		sweepPVC("labelled", "node-a", StateCreating, map[string]string{LabelNode: "node-a"}),
+		sweepPV("pv-mine", "node-a", DefaultDriver, StateDeleting),
+		sweepPV("pv-other-driver", "node-a", "other.csi", StateDeleting),
+		sweepPV("pv-other-node", "node-b", DefaultDriver, StateDeleting),
+	)
+	target := &recorderTarget{}
+	events := record.NewFakeRecorder(100)
+	metrics := NewClientMetrics()
+	reg := prometheus.NewRegistry()
+	s := NewSweeper(c, target, SweepConfig{Node: me, Interval: time.Minute, PageSize: 2, Recorder: events, Metrics: metrics, Registerer: reg})
+
+	require.NoError(t, s.Sweep(ctx))
+	assert.ElementsMatch(t, []string{"ns/mine=creating", "/pv-mine=deleting"}, target.swept)
+	assert.Empty(t, target.gone)
+	require.Len(t, events.Events, 2, "one warning per unlabelled request")
+	assert.Contains(t, <-events.Events, "UnlabelledRequest")
+	<-events.Events
+	v := gather(t, metrics)
+	assert.Equal(t, 3.0, v[key("lvm_agent_kube_objects_received_total", "resource", "persistentvolumeclaims", "source", SourceSweep, "foreign", Own)])
+	assert.Equal(t, 1.0, v[key("lvm_agent_kube_objects_received_total", "resource", "persistentvolumeclaims", "source", SourceSweep, "foreign", Foreign)])
+	assert.Equal(t, 1.0, v[key("lvm_agent_kube_objects_received_total", "resource", "persistentvolumes", "source", SourceSweep, "foreign", Own)])
+	assert.Equal(t, 2.0, v[key("lvm_agent_kube_objects_received_total", "resource", "persistentvolumes", "source", SourceSweep, "foreign", Foreign)])
+
+	// Unchanged: handed over again (the agent ignores what did not change), no second warning.
+	target.reset()
+	require.NoError(t, s.Sweep(ctx))
+	assert.ElementsMatch(t, []string{"ns/mine=creating", "/pv-mine=deleting"}, target.swept)
+	assert.Empty(t, events.Events)
+
+	// Answered: handed over once more, so that the agent sees the end, then dropped.
+	_, err := UpdatePvcWithAnnotations(ctx, c, "ns", "mine", "", Set(map[string]string{AnnLifecycle: StateCreated}), nil)
+	require.NoError(t, err)
+	target.reset()
+	require.NoError(t, s.Sweep(ctx))
+	assert.ElementsMatch(t, []string{"ns/mine=created", "/pv-mine=deleting"}, target.swept)
+	target.reset()
+	require.NoError(t, s.Sweep(ctx))
+	assert.ElementsMatch(t, []string{"/pv-mine=deleting"}, target.swept)
+
+	// Deleted while open: gone.
+	require.NoError(t, c.CoreV1().PersistentVolumes().Delete(ctx, "pv-mine", metav1.DeleteOptions{}))
+	target.reset()
+	require.NoError(t, s.Sweep(ctx))
+	assert.Empty(t, target.swept)
+	assert.Equal(t, []string{"/pv-mine"}, target.gone)
+
+	// Labelled while open: handed over once as it is now (the informers take
+	// it from there), never as gone.
+	_, err = c.CoreV1().PersistentVolumeClaims("ns").Create(ctx, sweepPVC("relabel", "node-a", StateCreating, nil), metav1.CreateOptions{})
+	require.NoError(t, err)
+	target.reset()
+	require.NoError(t, s.Sweep(ctx))
+	assert.Equal(t, []string{"ns/relabel=creating"}, target.swept)
+	_, err = UpdatePvcWithAnnotations(ctx, c, "ns", "relabel", "", nil, Set(map[string]string{LabelNode: "node-a"}))
+	require.NoError(t, err)
+	target.reset()
+	require.NoError(t, s.Sweep(ctx))
+	assert.Equal(t, []string{"ns/relabel=creating"}, target.swept)
+	assert.Empty(t, target.gone)
+	target.reset()
+	require.NoError(t, s.Sweep(ctx))
+	assert.Empty(t, target.swept, "the informers' now")
+
+	v = gather(t, reg)
+	assert.Equal(t, 8.0, v[key("lvm_agent_sweeps_total", "result", "ok")])
+	assert.Equal(t, 2.0, v[key("lvm_agent_unlabelled_requests_total", "resource", "persistentvolumeclaims")])
+	assert.Equal(t, 1.0, v[key("lvm_agent_unlabelled_requests_total", "resource", "persistentvolumes")])
+}
+
+func TestSweepListError(t *testing.T) {
+	c := fake.NewClientset()
+	c.PrependReactor("list", "persistentvolumeclaims", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("apiserver unavailable")
+	})
+	reg := prometheus.NewRegistry()
+	s := NewSweeper(c, &recorderTarget{}, SweepConfig{Node: Node{Name: "n"}, Registerer: reg})
+	require.ErrorContains(t, s.Sweep(context.Background()), "apiserver unavailable")
+	assert.Equal(t, 1.0, gather(t, reg)[key("lvm_agent_sweeps_total", "result", "error")])
+}
