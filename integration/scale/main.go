@@ -94,7 +94,7 @@ func run(ctx context.Context, cfg config, log *os.File) ([]*row, [2]time.Duratio
 		bin = harness.AgentBinary(tb, dir)
 	}
 	logf("starting etcd + kube-apiserver")
-	cp, err := harness.StartDevCluster("", dir, 2*time.Minute)
+	cp, err := harness.StartDevCluster("", dir, 5*time.Minute)
 	if err != nil {
 		return nil, lvmd, err
 	}
