@@ -160,8 +160,12 @@ func waitForAnswer(ctx context.Context, lw cache.Watcher, written runtime.Object
 		}
 		return true, fmt.Errorf("%s: lifecycle changed to %q by someone else", what, state)
 	})
-	if err != nil && ctx.Err() != nil && lastErr != "" {
-		return fmt.Errorf("%s: no answer before the deadline; last error: %s: %w", what, lastErr, err)
+	if err != nil && ctx.Err() != nil {
+		// The watch reports its own timeout error; callers test for the context's.
+		if lastErr != "" {
+			return fmt.Errorf("%s: no answer before the deadline (last error: %s): %w", what, lastErr, ctx.Err())
+		}
+		return fmt.Errorf("%s: no answer before the deadline: %w", what, ctx.Err())
 	}
 	return err
 }
