@@ -5,7 +5,7 @@ export CGO_ENABLED := 0
 CACHE ?= $(or $(LVM_AGENT_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/lvm-agent)
 export LVM_AGENT_CACHE := $(CACHE)
 
-.PHONY: all build test test-unit test-integration test-guest demo bench-lvm fuzz vet clean
+.PHONY: all build test test-unit test-integration test-guest demo bench-lvm bench-scale chaos fuzz vet clean
 
 all: build
 
@@ -19,7 +19,7 @@ vet:
 
 # The README's test command: unit tests, integration tests against a real
 # etcd + kube-apiserver, and the in-guest suite against real LVM and lvmd.
-test: vet test-unit test-integration test-guest
+test: vet test-unit fuzz test-integration test-guest
 
 test-unit:
 	go test -count=1 $$(go list ./... | grep -v /integration)
@@ -35,6 +35,20 @@ demo:
 
 bench-lvm:
 	scripts/vm/bench-lvm.sh
+
+# Scale: the agent's costs with 0/10k/50k foreign PVCs+PVs, per watch mode.
+bench-scale:
+	KUBEBUILDER_ASSETS=$$(scripts/kube-assets.sh) go run ./integration/scale $(ARGS)
+
+# Faults: 500 volumes in overlapping waves under agent kills, lvmd outages
+# and API server restarts; SEED=N replays a run.
+SEED ?= 0
+chaos:
+	KUBEBUILDER_ASSETS=$$(scripts/kube-assets.sh) go test -count=1 -v -timeout 30m ./integration/chaos -volumes 500 -seed $(SEED)
+
+FUZZTIME ?= 10s
+fuzz:
+	FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
 
 clean:
 	rm -rf bin
