@@ -170,8 +170,9 @@ func (g *OrphanGC) candidates(ctx context.Context) ([]candidate, error) {
 			return nil, fmt.Errorf("list LVs of %s: %w", c.DeviceClass, err)
 		}
 		for i := range lvs {
+			// An empty UID is not a tag the agent writes: someone else's LV.
 			uid, ours := owner(&lvs[i])
-			if !ours || lvs[i].HasTag(ProtectedTag) || seen[lvs[i].Name+"\x00"+uid] {
+			if !ours || uid == "" || lvs[i].HasTag(ProtectedTag) || seen[lvs[i].Name+"\x00"+uid] {
 				continue
 			}
 			seen[lvs[i].Name+"\x00"+uid] = true

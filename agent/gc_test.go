@@ -128,6 +128,7 @@ func TestOrphanGC(t *testing.T) {
 		{name: "protected", tags: []string{OwnerTag("gone"), ProtectedTag}, wantKept: true},
 		{name: "untagged", tags: nil, wantKept: true},
 		{name: "foreign tags", tags: []string{"made-by-hand", "lvm-agent.pvcx"}, wantKept: true},
+		{name: "prefix without a UID", tags: []string{OwnerTagPrefix}, wantKept: true},
 		{name: "PVC exists", tags: []string{OwnerTag("live")}, objs: []runtime.Object{gcPVC("live", "")}, wantKept: true},
 		{name: "PVC being deleted", tags: []string{OwnerTag("live")}, objs: []runtime.Object{deleting}, wantKept: true},
 		{name: "PV bound to the claim", tags: []string{OwnerTag("gone")}, objs: []runtime.Object{gcPV("pv", "gone", "", "h")}, wantKept: true},
@@ -283,6 +284,11 @@ func TestOrphanGCFailures(t *testing.T) {
 	_, err := e.gc.Pass(context.Background())
 	require.ErrorIs(t, err, lvmbackend.ErrUnavailable)
 	require.NoError(t, e.lvmd.Serve(e.socket))
+	// The client reconnects with backoff: wait until lvmd answers again.
+	require.Eventually(t, func() bool {
+		_, err := e.agent.backend.Capacity(context.Background())
+		return err == nil
+	}, 10*time.Second, 10*time.Millisecond)
 
 	e.client.PrependReactor("list", "persistentvolumes", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, errors.New("API server gone")

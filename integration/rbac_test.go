@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -35,6 +36,7 @@ import (
 	"github.com/lvm-agent/lvm-agent/agent"
 	"github.com/lvm-agent/lvm-agent/integration/harness"
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/lvmbackend/lvmdfake"
 )
 
 const rbacManifest = "../deploy/base/rbac.yaml"
@@ -74,70 +76,82 @@ func TestRBACRoleIsMinimal(t *testing.T) {
 // token from the TokenRequest API, as a pod gets it), answers a create and a
 // delete, finds an unlabelled request by its sweep, writes its node's
 // capacity and collects an orphan LV, without one refusal; and the same
-// identity is refused anything beyond its role.
+// identity is refused anything beyond its role. The shared control plane
+// authorizes everything, so this test runs its own, with RBAC.
 func TestRBAC(t *testing.T) {
 	ctx := context.Background()
-	applyRBAC(t)
-	kubeconfig, saClient := serviceAccountKubeconfig(t, "lvm-agent", "lvm-agent")
+	rcp := harness.StartControlPlaneWith(t, 2*time.Minute, harness.Options{Authorization: "RBAC"})
+	admin := rcp.Client
+	applyRBAC(t, admin)
+	kubeconfig, saClient := serviceAccountKubeconfig(t, rcp, "lvm-agent", "lvm-agent")
 
-	nodeName := "node-" + sanitize(t.Name())
-	_, err := cp.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}, metav1.CreateOptions{})
+	nodeName := "node-rbac"
+	_, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = cp.Client.CoreV1().Nodes().Delete(context.Background(), nodeName, metav1.DeleteOptions{}) })
-	// The flags repeated here win over startNode's: the agent runs as the
-	// ServiceAccount, in the default watch mode, with every optional part on.
-	n := startNode(t, "--kubeconfig", kubeconfig, "--sweep-interval", "500ms", "--orphan-gc-interval", "300ms")
-	require.Equal(t, nodeName, n.name)
+	lvm := lvmdfake.NewLVM(lvmdfake.Class{Name: "vg1", SizeBytes: 1 << 30})
+	lvmd := lvmdfake.NewTopolvm(lvm)
+	sockDir, err := os.MkdirTemp("", "lvmd")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	require.NoError(t, lvmd.Serve(filepath.Join(sockDir, "lvmd.sock")))
+	t.Cleanup(lvmd.Stop)
+	// The default watch mode, with every optional part on.
+	agentProc := harness.StartAgent(t, agentBin, "--node-name", nodeName, "--kubeconfig", kubeconfig,
+		"--lvmd-socket", filepath.Join(sockDir, "lvmd.sock"), "--metrics-address", "", "--v", "2",
+		"--sweep-interval", "500ms", "--orphan-gc-interval", "300ms")
+	lvNames := func() []string {
+		lvs, err := lvm.List("vg1")
+		require.NoError(t, err)
+		out := []string{}
+		for _, lv := range lvs {
+			out = append(out, lv.Name)
+		}
+		return out
+	}
 
 	t.Run("create and delete", func(t *testing.T) {
-		require.NoError(t, n.create(t, "default", "rbac-vol", spec("rbac-vol", "4Mi")))
-		pvc, err := cp.Client.CoreV1().PersistentVolumeClaims("default").Get(ctx, "rbac-vol", metav1.GetOptions{})
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		pvc := harness.PVC(t, admin, "default", "rbac-vol", nodeName)
+		require.NoError(t, kube.CreateVolumeWithAnnotations(ctx, admin, "default", "rbac-vol", spec("rbac-vol", "4Mi"), nil))
+		assert.Equal(t, []string{"rbac-vol"}, lvNames())
+		_, err := admin.CoreV1().PersistentVolumes().Create(ctx, harness.NewPV("rbac-pv", nodeName, kube.DefaultDriver, pvc, ""), metav1.CreateOptions{})
 		require.NoError(t, err)
-		pv := harness.NewPV("rbac-pv", n.name, kube.DefaultDriver, pvc, "")
-		_, err = cp.Client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
-		require.NoError(t, err)
-		require.NoError(t, deleteVolume(t, "rbac-pv", "vg1", "rbac-vol"))
-		assert.Empty(t, n.lvs(t, "vg1"))
+		require.NoError(t, kube.DeleteVolumeWithAnnotations(ctx, admin, "rbac-pv", "vg1", "rbac-vol", nil))
+		assert.Empty(t, lvNames())
 	})
 
 	t.Run("unlabelled request found by the sweep", func(t *testing.T) {
-		harness.PVC(t, cp.Client, "default", "rbac-unlabelled", n.name)
-		_, err := kube.UpdatePvcWithAnnotations(ctx, cp.Client, "default", "rbac-unlabelled", "",
+		harness.PVC(t, admin, "default", "rbac-unlabelled", nodeName)
+		_, err := kube.UpdatePvcWithAnnotations(ctx, admin, "default", "rbac-unlabelled", "",
 			kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreating, kube.AnnSpec: `{"volumeGroup":"vg1","name":"rbac-unlabelled","size":4096}`}), nil)
 		require.NoError(t, err)
 		ann := harness.WaitFor(t, 30*time.Second, func(ctx context.Context) (metav1.Object, error) {
-			return cp.Client.CoreV1().PersistentVolumeClaims("default").Get(ctx, "rbac-unlabelled", metav1.GetOptions{})
+			return admin.CoreV1().PersistentVolumeClaims("default").Get(ctx, "rbac-unlabelled", metav1.GetOptions{})
 		}, func(a map[string]string) bool { return a[kube.AnnLifecycle] != kube.StateCreating })
 		assert.Equal(t, kube.StateCreated, ann[kube.AnnLifecycle], "error: %s", ann[kube.AnnError])
 		// Labelled now, it leaves the sweep, which reads it once more (get).
-		_, err = kube.UpdatePvcWithAnnotations(ctx, cp.Client, "default", "rbac-unlabelled", "", nil,
-			kube.Set(map[string]string{kube.LabelNode: kube.NodeLabelValue(n.name)}))
+		_, err = kube.UpdatePvcWithAnnotations(ctx, admin, "default", "rbac-unlabelled", "", nil,
+			kube.Set(map[string]string{kube.LabelNode: kube.NodeLabelValue(nodeName)}))
 		require.NoError(t, err)
 		time.Sleep(3 * 500 * time.Millisecond) // three sweeps
 	})
 
 	t.Run("node capacity", func(t *testing.T) {
 		require.Eventually(t, func() bool {
-			node, err := cp.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+			node, err := admin.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 			return err == nil && node.Annotations[agent.DefaultCapacityAnnotation] != ""
 		}, 30*time.Second, 50*time.Millisecond)
 	})
 
 	t.Run("orphan collected", func(t *testing.T) {
-		_, err := n.lvm.Create("vg1", "rbac-orphan", 4096, []string{agent.OwnerTag("no-such-pvc")})
+		_, err := lvm.Create("vg1", "rbac-orphan", 4096, []string{agent.OwnerTag("no-such-pvc")})
 		require.NoError(t, err)
-		require.Eventually(t, func() bool {
-			for _, lv := range n.lvs(t, "vg1") {
-				if lv.Name == "rbac-orphan" {
-					return false
-				}
-			}
-			return true
-		}, 30*time.Second, 50*time.Millisecond)
+		require.Eventually(t, func() bool { return !slices.Contains(lvNames(), "rbac-orphan") }, 30*time.Second, 50*time.Millisecond)
 	})
 
 	var refused []string
-	for _, line := range strings.Split(n.agent.Output(), "\n") {
+	for _, line := range strings.Split(agentProc.Output(), "\n") {
 		if l := strings.ToLower(line); strings.Contains(l, "forbidden") || strings.Contains(l, "unauthorized") {
 			refused = append(refused, line)
 		}
@@ -145,7 +159,7 @@ func TestRBAC(t *testing.T) {
 	assert.Empty(t, refused, "the agent was refused something it needs")
 
 	t.Run("refused beyond the role", func(t *testing.T) {
-		harness.PVC(t, cp.Client, "default", "rbac-victim", "elsewhere")
+		harness.PVC(t, admin, "default", "rbac-victim", "elsewhere")
 		pvcs, pvs, nodes := saClient.CoreV1().PersistentVolumeClaims("default"), saClient.CoreV1().PersistentVolumes(), saClient.CoreV1().Nodes()
 		merge := []byte(`{"metadata":{"labels":{"x":"y"}}}`)
 		for name, call := range map[string]func() error{
@@ -233,7 +247,7 @@ func TestRBAC(t *testing.T) {
 			require.NoError(t, err)
 			assert.True(t, review.Status.Allowed, "%+v: %s", ra, review.Status.Reason)
 		}
-		pvc, err := cp.Client.CoreV1().PersistentVolumeClaims("default").Get(ctx, "rbac-victim", metav1.GetOptions{})
+		pvc, err := admin.CoreV1().PersistentVolumeClaims("default").Get(ctx, "rbac-victim", metav1.GetOptions{})
 		require.NoError(t, err)
 		assert.Equal(t, "1Gi", pvc.Spec.Resources.Requests.Storage().String(), "spec untouched")
 		assert.Nil(t, pvc.DeletionTimestamp)
@@ -265,10 +279,9 @@ func readRBAC(t *testing.T) []runtime.Object {
 }
 
 // applyRBAC creates (or updates) the manifest's objects and their namespace.
-func applyRBAC(t *testing.T) {
+func applyRBAC(t *testing.T, c kubernetes.Interface) {
 	t.Helper()
 	ctx := context.Background()
-	c := cp.Client
 	_, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "lvm-agent"}}, metav1.CreateOptions{})
 	if !apierrors.IsAlreadyExists(err) {
 		require.NoError(t, err)
@@ -296,7 +309,7 @@ func applyRBAC(t *testing.T) {
 
 // serviceAccountKubeconfig writes a kubeconfig that authenticates with a
 // bound token of the ServiceAccount, and returns it with a client using it.
-func serviceAccountKubeconfig(t *testing.T, ns, name string) (string, kubernetes.Interface) {
+func serviceAccountKubeconfig(t *testing.T, cp *harness.ControlPlane, ns, name string) (string, kubernetes.Interface) {
 	t.Helper()
 	tr, err := cp.Client.CoreV1().ServiceAccounts(ns).CreateToken(context.Background(), name,
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptrTo(int64(3600))}}, metav1.CreateOptions{})

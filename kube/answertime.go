@@ -33,7 +33,7 @@ func newAnswerClock() *answerClock {
 	return &answerClock{arrived: map[string]arrival{},
 		hist: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "lvm_agent_request_answer_seconds",
 			Help:    "Per request: from the agent seeing it (informer event or sweep) to the agent sending its answer: queueing and lvmd calls, not the API server's part.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 1.25, 48)}, []string{"resource"})}
+			Buckets: prometheus.ExponentialBuckets(0.0005, 1.25, 56)}, []string{"resource"})}
 }
 
 func clockKey(resource, namespace, name string) string {

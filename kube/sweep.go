@@ -2,35 +2,44 @@ package kube
 
 import (
 	"context"
+	"errors"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 )
 
-// The hybrid watch mode's sweep. The informers watch only objects labelled
-// for this node, which keeps the agent's cost independent of the cluster's
-// size; a provisioner that does not set the label (one written for the
-// original agent) would then go unanswered. The sweep lists, every interval,
-// the PVCs and PVs that carry no volume.node label at all, and hands the open
-// requests of this node to the agent, which treats them as informer events.
+// The hybrid watch mode's second source. The informers watch only objects
+// labelled for this node, which keeps the agent's cost independent of the
+// cluster's size; a provisioner that does not set the label (one written for
+// the original agent) would then go unanswered. The Sweeper lists the PVCs
+// and PVs that carry no volume.node label at all, then watches them from the
+// list's resourceVersion, and hands the open requests of this node to the
+// agent, which treats them as informer events.
 //
-// The lists are paginated and ask for the latest state (resourceVersion
-// unset): kube-apiserver serves such lists from its watch cache
-// (ConsistentListFromCache, ListFromCacheSnapshot), so a sweep costs etcd one
-// revision read, and the agent holds one page at a time, never the list.
-// (resourceVersion "0" is served from the cache too, but ignores the page
-// size, and may be older than what the agent has already seen.)
+// Measured (make bench-scale): a periodic list of the unlabelled objects
+// every 30 s cost each agent ~1 MB/s with 25,000 of them and answered their
+// requests after up to 36 s; the watch costs one list at start and then only
+// their changes, and answers at once. The list is paginated and asks for the
+// latest state (resourceVersion unset), which kube-apiserver serves from its
+// watch cache (ConsistentListFromCache, ListFromCacheSnapshot): etcd is read
+// for one revision only, and the agent holds a page at a time, never the
+// list. (resourceVersion "0" is served from the cache too, but ignores the
+// page size, and may be older than what the agent has seen.) Nothing of the
+// unlabelled objects is cached but the open requests of this node.
 
-// SweepTarget takes what a sweep finds; the agent implements it.
+// SweepTarget takes what a Sweeper finds; the agent implements it.
 type SweepTarget interface {
 	// Swept is an object the informers do not deliver: an open request of
 	// this node, or an object handed over before, whatever its state now
@@ -42,23 +51,33 @@ type SweepTarget interface {
 
 // SweepConfig configures a Sweeper.
 type SweepConfig struct {
-	Node     Node
+	Node Node
+	// Interval between full lists besides the watch, a safety net (0: only
+	// at start, and when the watch cannot resume).
 	Interval time.Duration
 	// PageSize bounds the objects of one list response (default 500).
 	PageSize int64
-	// Recorder, when set, records a Warning event on each request found by
-	// a sweep, so that the provisioner's operator sees why it was slow.
+	// Recorder, when set, records a Warning event on each request found
+	// without the label, so that the provisioner's operator learns why.
 	Recorder record.EventRecorder
 	Metrics  *ClientMetrics
-	// Registerer registers the sweep's own metrics (nil: not registered).
+	// Registerer registers the sweeper's own metrics (nil: not registered).
 	Registerer prometheus.Registerer
+	// RehandDelay: a request that appears in the unlabelled watch is handed
+	// over again after this long (default 5 s), in case it appeared because
+	// its label was removed and the informers' removal reached the agent
+	// second and made it forget the request.
+	RehandDelay time.Duration
 }
 
-// Sweeper runs the hybrid mode's sweeps.
+// Sweeper lists and watches the unlabelled PVCs and PVs.
 type Sweeper struct {
-	client kubernetes.Interface
-	target SweepTarget
-	cfg    SweepConfig
+	client    kubernetes.Interface
+	target    SweepTarget
+	cfg       SweepConfig
+	resources []*unlabelled
+
+	mu sync.Mutex
 	// held are the objects handed to the target, by key, as last handed:
 	// their next state (answered, deleted, labelled) must be handed over too.
 	held map[string]runtime.Object
@@ -67,6 +86,7 @@ type Sweeper struct {
 	duration prometheus.Histogram
 	listed   *prometheus.GaugeVec
 	found    *prometheus.CounterVec
+	watches  *prometheus.CounterVec
 }
 
 // NewSweeper makes a sweeper; Run starts it.
@@ -74,136 +94,215 @@ func NewSweeper(c kubernetes.Interface, target SweepTarget, cfg SweepConfig) *Sw
 	if cfg.PageSize <= 0 {
 		cfg.PageSize = 500
 	}
-	if cfg.Interval <= 0 {
-		cfg.Interval = 30 * time.Second
+	if cfg.RehandDelay <= 0 {
+		cfg.RehandDelay = 5 * time.Second
 	}
 	s := &Sweeper{client: c, target: target, cfg: cfg, held: map[string]runtime.Object{},
+		resources: []*unlabelled{pvcs(c, cfg.Node), pvs(c, cfg.Node)},
 		passes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lvm_agent_sweeps_total",
-			Help: "Hybrid mode: sweeps of the unlabelled PVCs and PVs, by result (ok, error)."}, []string{"result"}),
+			Help: "Hybrid mode: full lists of the unlabelled PVCs and PVs, by result (ok, error)."}, []string{"result"}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "lvm_agent_sweep_duration_seconds",
-			Help: "Hybrid mode: time of one sweep.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 12)}),
+			Help: "Hybrid mode: time of one full list of the unlabelled PVCs and PVs.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 12)}),
 		listed: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "lvm_agent_sweep_listed_objects",
-			Help: "Hybrid mode: unlabelled objects listed by the last sweep, by resource: what each sweep costs."}, []string{"resource"}),
+			Help: "Hybrid mode: unlabelled objects in the last full list, by resource: what a list costs."}, []string{"resource"}),
 		found: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lvm_agent_unlabelled_requests_total",
-			Help: "Hybrid mode: requests of this node found by a sweep because their provisioner does not set the " + LabelNode + " label, by resource."},
+			Help: "Hybrid mode: requests of this node found without the " + LabelNode + " label (their provisioner should set it), by resource."},
 			[]string{"resource"}),
+		watches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lvm_agent_unlabelled_watches_total",
+			Help: "Hybrid mode: watches of the unlabelled objects started, by resource."}, []string{"resource"}),
 	}
 	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(s.passes, s.duration, s.listed, s.found)
+		cfg.Registerer.MustRegister(s.passes, s.duration, s.listed, s.found, s.watches)
 	}
 	return s
 }
 
-// Run sweeps at once and then every interval (with jitter, so that the
-// agents of a cluster started together do not sweep together) until ctx ends.
+// Run lists the unlabelled objects, then follows them with watches from the
+// list's resourceVersion, until ctx ends. It lists again when a watch cannot
+// resume (its resourceVersion expired), and every Interval if set.
 func (s *Sweeper) Run(ctx context.Context) {
-	klog.InfoS("Sweeping unlabelled PVCs and PVs for requests of provisioners that do not label", "interval", s.cfg.Interval, "selector", UnlabelledSelector())
-	wait.JitterUntilWithContext(ctx, func(ctx context.Context) {
-		if err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
-			klog.ErrorS(err, "Sweep failed; next one in an interval", "interval", s.cfg.Interval)
+	klog.InfoS("Following unlabelled PVCs and PVs for requests of provisioners that do not label", "selector", UnlabelledSelector(), "relist", s.cfg.Interval)
+	newBackoff := func() wait.Backoff {
+		return wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.2, Steps: 7, Cap: time.Minute}
+	}
+	backoff := newBackoff()
+	for ctx.Err() == nil {
+		rvs, err := s.sweep(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				d := backoff.Step()
+				klog.ErrorS(err, "Listing unlabelled objects failed; will retry", "in", d)
+				sleep(ctx, d)
+			}
+			continue
 		}
-	}, s.cfg.Interval, 0.2, true)
+		wctx, cancel := context.WithCancel(ctx)
+		if s.cfg.Interval > 0 {
+			cancel()
+			// Jittered, so that agents started together do not list together.
+			wctx, cancel = context.WithTimeout(ctx, wait.Jitter(s.cfg.Interval, 0.2))
+		}
+		errs := make(chan error, len(s.resources))
+		started := time.Now()
+		for i, r := range s.resources {
+			go func() { errs <- s.follow(wctx, r, rvs[i]) }()
+		}
+		err = <-errs // the first to end ends all: the next list covers both
+		cancel()
+		for range s.resources[1:] {
+			<-errs
+		}
+		switch {
+		case err == nil || ctx.Err() != nil:
+			backoff = newBackoff() // the relist interval passed, or the end
+		case time.Since(started) < time.Minute:
+			// Failing at once (say, a watch refused): do not list in a loop.
+			d := backoff.Step()
+			klog.ErrorS(err, "Watch of unlabelled objects failed; listing again", "in", d)
+			sleep(ctx, d)
+		default:
+			klog.InfoS("Watch of unlabelled objects cannot resume; listing again", "reason", err.Error())
+			backoff = newBackoff()
+		}
+	}
 }
 
-// Sweep makes one pass over the unlabelled PVCs and PVs.
+// Sweep makes one full pass over the unlabelled PVCs and PVs.
 func (s *Sweeper) Sweep(ctx context.Context) error {
+	_, err := s.sweep(ctx)
+	return err
+}
+
+// sweep lists every resource and returns the resourceVersions to watch from.
+func (s *Sweeper) sweep(ctx context.Context) ([]string, error) {
 	start := time.Now()
-	seen := map[string]bool{} // the held objects listed again
-	errPVC := s.sweepPVCs(ctx, seen)
-	if errPVC == nil {
-		s.settle(ctx, pvcPrefix, seen)
-	}
-	errPV := s.sweepPVs(ctx, seen)
-	if errPV == nil {
-		s.settle(ctx, pvPrefix, seen)
+	rvs := make([]string, len(s.resources))
+	var errs []error
+	for i, r := range s.resources {
+		rv, err := s.list(ctx, r)
+		rvs[i] = rv
+		errs = append(errs, err)
 	}
 	s.duration.Observe(time.Since(start).Seconds())
-	if errPVC != nil {
+	if err := errors.Join(errs...); err != nil {
 		s.passes.WithLabelValues("error").Inc()
-		return errPVC
-	}
-	if errPV != nil {
-		s.passes.WithLabelValues("error").Inc()
-		return errPV
+		return nil, err
 	}
 	s.passes.WithLabelValues("ok").Inc()
+	return rvs, nil
+}
+
+// list lists one resource page by page, hands over what it finds, and then
+// settles the held objects it did not list. An expired continue token fails
+// the pass; the next one starts over.
+func (s *Sweeper) list(ctx context.Context, r *unlabelled) (string, error) {
+	o := metav1.ListOptions{LabelSelector: UnlabelledSelector(), Limit: s.cfg.PageSize}
+	seen := map[string]bool{} // the held objects listed again
+	rv, n := "", 0
+	for {
+		items, meta, err := r.list(ctx, o)
+		if err != nil {
+			return "", err
+		}
+		if rv == "" {
+			rv = meta.ResourceVersion // every page is of the first page's snapshot
+		}
+		n += len(items)
+		for _, obj := range items {
+			s.received(r, obj, seen, false)
+		}
+		if meta.Continue == "" {
+			break
+		}
+		o.Continue = meta.Continue
+	}
+	s.listed.WithLabelValues(r.name).Set(float64(n))
+	s.mu.Lock()
+	var left []runtime.Object
+	for key, prev := range s.held {
+		if !seen[key] && strings.HasPrefix(key, r.prefix) {
+			left = append(left, prev)
+		}
+	}
+	s.mu.Unlock()
+	for _, prev := range left {
+		s.settle(ctx, r, prev)
+	}
+	return rv, nil
+}
+
+// follow watches one resource from rv until ctx ends (nil) or the watch
+// cannot resume (the error). A watch that the API server closes (they all
+// time out) resumes from the last resourceVersion seen.
+func (s *Sweeper) follow(ctx context.Context, r *unlabelled, rv string) error {
+	failures := 0
+	for ctx.Err() == nil {
+		s.watches.WithLabelValues(r.name).Inc()
+		w, err := r.watch(ctx, metav1.ListOptions{LabelSelector: UnlabelledSelector(), ResourceVersion: rv, AllowWatchBookmarks: true})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if failures++; apierrors.IsResourceExpired(err) || apierrors.IsGone(err) || failures > 5 {
+				return err
+			}
+			sleep(ctx, time.Duration(failures)*time.Second)
+			continue
+		}
+		rv, err = s.consume(ctx, r, w, rv)
+		w.Stop()
+		if err != nil {
+			return err
+		}
+		failures = 0
+	}
 	return nil
 }
 
-// Key prefixes of held objects.
-const (
-	pvcPrefix = "pvc/"
-	pvPrefix  = "pv/"
-)
-
-func (s *Sweeper) sweepPVCs(ctx context.Context, seen map[string]bool) error {
-	n := 0
-	err := s.pages(ctx, func(ctx context.Context, o metav1.ListOptions) (string, error) {
-		l, err := s.client.CoreV1().PersistentVolumeClaims("").List(ctx, o)
-		if err != nil {
-			return "", err
-		}
-		n += len(l.Items)
-		own := 0
-		for i := range l.Items {
-			pvc := &l.Items[i]
-			owned := s.cfg.Node.OwnsPVC(pvc)
-			if owned {
-				own++
-			}
-			open := pvc.Annotations[AnnLifecycle] == StateCreating && owned
-			s.hand(pvcPrefix+pvc.Namespace+"/"+pvc.Name, pvc, open, "persistentvolumeclaims", seen)
-		}
-		s.cfg.Metrics.ObjectsReceived("persistentvolumeclaims", SourceSweep, Own, own)
-		s.cfg.Metrics.ObjectsReceived("persistentvolumeclaims", SourceSweep, Foreign, len(l.Items)-own)
-		return l.Continue, nil
-	})
-	s.listed.WithLabelValues("persistentvolumeclaims").Set(float64(n))
-	return err
-}
-
-func (s *Sweeper) sweepPVs(ctx context.Context, seen map[string]bool) error {
-	n := 0
-	err := s.pages(ctx, func(ctx context.Context, o metav1.ListOptions) (string, error) {
-		l, err := s.client.CoreV1().PersistentVolumes().List(ctx, o)
-		if err != nil {
-			return "", err
-		}
-		n += len(l.Items)
-		own := 0
-		for i := range l.Items {
-			pv := &l.Items[i]
-			owned := s.cfg.Node.OwnsPV(pv)
-			if owned {
-				own++
-			}
-			open := pv.Annotations[AnnLifecycle] == StateDeleting && owned
-			s.hand(pvPrefix+pv.Name, pv, open, "persistentvolumes", seen)
-		}
-		s.cfg.Metrics.ObjectsReceived("persistentvolumes", SourceSweep, Own, own)
-		s.cfg.Metrics.ObjectsReceived("persistentvolumes", SourceSweep, Foreign, len(l.Items)-own)
-		return l.Continue, nil
-	})
-	s.listed.WithLabelValues("persistentvolumes").Set(float64(n))
-	return err
-}
-
-// pages lists the unlabelled objects page by page. An expired continue
-// token fails the pass; the next pass starts over.
-func (s *Sweeper) pages(ctx context.Context, page func(context.Context, metav1.ListOptions) (string, error)) error {
-	o := metav1.ListOptions{LabelSelector: UnlabelledSelector(), Limit: s.cfg.PageSize}
+// consume handles a watch's events until it ends, and returns the last
+// resourceVersion seen.
+func (s *Sweeper) consume(ctx context.Context, r *unlabelled, w watch.Interface, rv string) (string, error) {
 	for {
-		cont, err := page(ctx, o)
-		if err != nil || cont == "" {
-			return err
+		select {
+		case <-ctx.Done():
+			return rv, nil
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return rv, nil
+			}
+			if ev.Type == watch.Error {
+				return rv, apierrors.FromObject(ev.Object)
+			}
+			if m, err := meta.Accessor(ev.Object); err == nil {
+				rv = m.GetResourceVersion()
+			}
+			switch ev.Type {
+			case watch.Added, watch.Modified:
+				s.received(r, ev.Object, nil, ev.Type == watch.Added)
+			case watch.Deleted:
+				// Deleted, or labelled (so no longer unlabelled): settle tells which.
+				key := r.key(ev.Object)
+				s.mu.Lock()
+				prev, held := s.held[key]
+				s.mu.Unlock()
+				if held {
+					s.settle(ctx, r, prev)
+				}
+			}
 		}
-		o.Continue = cont
 	}
 }
 
-// hand gives the target an open request, or the next state of an object
-// it was given before, and marks what stays held as seen.
-func (s *Sweeper) hand(key string, obj runtime.Object, open bool, resource string, seen map[string]bool) {
+// received handles an unlabelled object: it hands over an open request of
+// this node, or the next state of an object handed over before, and marks
+// what stays held as seen. An open request that a watch shows appearing is
+// handed over once more after RehandDelay.
+func (s *Sweeper) received(r *unlabelled, obj runtime.Object, seen map[string]bool, appeared bool) {
+	owned, open := r.classify(obj)
+	s.cfg.Metrics.ObjectsReceived(r.name, SourceUnlabelled, foreignLabel(owned), 1)
+	key := r.key(obj)
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	prev, held := s.held[key]
 	if !open && !held {
 		return
@@ -211,62 +310,152 @@ func (s *Sweeper) hand(key string, obj runtime.Object, open bool, resource strin
 	trimmed, _ := trim(obj)
 	o := trimmed.(runtime.Object)
 	if open && (!held || uidOf(prev) != uidOf(o)) {
-		s.warn(key, o, resource)
+		s.warn(key, o, r.name)
 	}
 	if m, err := metaOf(o); err == nil && s.cfg.Metrics != nil {
-		s.cfg.Metrics.clock.seen(resource, m.GetNamespace(), m.GetName(), open)
+		s.cfg.Metrics.clock.seen(r.name, m.GetNamespace(), m.GetName(), open)
 	}
 	s.target.Swept(o)
-	if open {
-		s.held[key] = o
-		seen[key] = true
-	} else {
+	if !open {
 		delete(s.held, key)
+		return
+	}
+	s.held[key] = o
+	if seen != nil {
+		seen[key] = true
+	}
+	if appeared {
+		time.AfterFunc(s.cfg.RehandDelay, func() { s.rehand(key, o) })
+	}
+}
+
+// rehand hands obj over again if it is still the request held for key.
+func (s *Sweeper) rehand(key string, obj runtime.Object) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held[key] == obj {
+		s.target.Swept(obj)
 	}
 }
 
 func (s *Sweeper) warn(key string, obj runtime.Object, resource string) {
 	s.found.WithLabelValues(resource).Inc()
-	klog.InfoS("Found a request without the node label: its provisioner should set the label, so that the request is seen at once instead of by the next sweep",
-		"object", key, "label", LabelNode+"="+NodeLabelValue(s.cfg.Node.Name), "interval", s.cfg.Interval)
+	klog.InfoS("Found a request without the node label: its provisioner should set the label, which lets agents watch only their own node's objects",
+		"object", key, "label", LabelNode+"="+NodeLabelValue(s.cfg.Node.Name))
 	if s.cfg.Recorder != nil {
 		s.cfg.Recorder.Eventf(obj, corev1.EventTypeWarning, "UnlabelledRequest",
-			"lvm-agent on node %s found this request by its periodic sweep (every %v), not by its watch: set label %s=%s on requests to have them seen at once",
-			s.cfg.Node.Name, s.cfg.Interval, LabelNode, NodeLabelValue(s.cfg.Node.Name))
+			"lvm-agent on node %s found this request among the unlabelled objects it follows for compatibility: set label %s=%s on requests, so that agents can watch only their own node's objects",
+			s.cfg.Node.Name, LabelNode, NodeLabelValue(s.cfg.Node.Name))
 	}
 }
 
-// settle handles the held objects of one kind that a complete pass did not
-// list: deleted, or labelled since (and then the informers' from now on).
-// Each is read once more, so that the agent is told which.
-func (s *Sweeper) settle(ctx context.Context, prefix string, seen map[string]bool) {
-	for key, prev := range s.held {
-		if seen[key] || !strings.HasPrefix(key, prefix) {
-			continue
+// settle handles a held object that is no longer unlabelled: deleted, or
+// labelled since (and then the informers' from now on). It is read once
+// more, so that the agent is told which.
+func (s *Sweeper) settle(ctx context.Context, r *unlabelled, prev runtime.Object) {
+	m, err := metaOf(prev)
+	if err != nil {
+		return
+	}
+	fresh, err := r.get(ctx, m.GetNamespace(), m.GetName())
+	key := r.key(prev)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held[key] != prev {
+		return // handed over anew meanwhile
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		s.target.SweptGone(prev)
+		if s.cfg.Metrics != nil {
+			s.cfg.Metrics.clock.gone(r.name, m.GetNamespace(), m.GetName())
 		}
-		fresh, err := s.get(ctx, prev)
-		switch {
-		case apierrors.IsNotFound(err):
-			s.target.SweptGone(prev)
-		case err != nil:
-			klog.ErrorS(err, "Could not read a request that left the sweep; will try at the next one", "object", key)
-			continue
-		default:
-			trimmed, _ := trim(fresh)
-			s.target.Swept(trimmed.(runtime.Object))
-		}
-		delete(s.held, key)
+	case err != nil:
+		klog.ErrorS(err, "Could not read a request that left the unlabelled objects; will try at the next list", "object", key)
+		return
+	default:
+		trimmed, _ := trim(fresh)
+		s.target.Swept(trimmed.(runtime.Object))
+	}
+	delete(s.held, key)
+}
+
+// unlabelled is one resource a Sweeper follows.
+type unlabelled struct {
+	name, prefix string
+	list         func(context.Context, metav1.ListOptions) ([]runtime.Object, metav1.ListMeta, error)
+	watch        func(context.Context, metav1.ListOptions) (watch.Interface, error)
+	get          func(ctx context.Context, namespace, name string) (runtime.Object, error)
+	// classify says whether obj is this node's, and an open request.
+	classify func(obj runtime.Object) (owned, open bool)
+}
+
+func (r *unlabelled) key(obj runtime.Object) string {
+	m, err := metaOf(obj)
+	if err != nil {
+		return r.prefix
+	}
+	return r.prefix + m.GetNamespace() + "/" + m.GetName()
+}
+
+func pvcs(c kubernetes.Interface, n Node) *unlabelled {
+	return &unlabelled{name: "persistentvolumeclaims", prefix: "pvc/",
+		list: func(ctx context.Context, o metav1.ListOptions) ([]runtime.Object, metav1.ListMeta, error) {
+			l, err := c.CoreV1().PersistentVolumeClaims("").List(ctx, o)
+			if err != nil {
+				return nil, metav1.ListMeta{}, err
+			}
+			items := make([]runtime.Object, len(l.Items))
+			for i := range l.Items {
+				items[i] = &l.Items[i]
+			}
+			return items, l.ListMeta, nil
+		},
+		watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return c.CoreV1().PersistentVolumeClaims("").Watch(ctx, o)
+		},
+		get: func(ctx context.Context, ns, name string) (runtime.Object, error) {
+			return c.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+		},
+		classify: func(obj runtime.Object) (bool, bool) {
+			pvc, ok := obj.(*corev1.PersistentVolumeClaim)
+			if !ok {
+				return false, false
+			}
+			owned := n.OwnsPVC(pvc)
+			return owned, owned && pvc.Annotations[AnnLifecycle] == StateCreating
+		},
 	}
 }
 
-func (s *Sweeper) get(ctx context.Context, obj runtime.Object) (runtime.Object, error) {
-	switch o := obj.(type) {
-	case *corev1.PersistentVolumeClaim:
-		return s.client.CoreV1().PersistentVolumeClaims(o.Namespace).Get(ctx, o.Name, metav1.GetOptions{})
-	case *corev1.PersistentVolume:
-		return s.client.CoreV1().PersistentVolumes().Get(ctx, o.Name, metav1.GetOptions{})
+func pvs(c kubernetes.Interface, n Node) *unlabelled {
+	return &unlabelled{name: "persistentvolumes", prefix: "pv/",
+		list: func(ctx context.Context, o metav1.ListOptions) ([]runtime.Object, metav1.ListMeta, error) {
+			l, err := c.CoreV1().PersistentVolumes().List(ctx, o)
+			if err != nil {
+				return nil, metav1.ListMeta{}, err
+			}
+			items := make([]runtime.Object, len(l.Items))
+			for i := range l.Items {
+				items[i] = &l.Items[i]
+			}
+			return items, l.ListMeta, nil
+		},
+		watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return c.CoreV1().PersistentVolumes().Watch(ctx, o)
+		},
+		get: func(ctx context.Context, _, name string) (runtime.Object, error) {
+			return c.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
+		},
+		classify: func(obj runtime.Object) (bool, bool) {
+			pv, ok := obj.(*corev1.PersistentVolume)
+			if !ok {
+				return false, false
+			}
+			owned := n.OwnsPV(pv)
+			return owned, owned && pv.Annotations[AnnLifecycle] == StateDeleting
+		},
 	}
-	return nil, apierrors.NewNotFound(corev1.Resource("unknown"), "")
 }
 
 func uidOf(obj runtime.Object) string {
@@ -274,4 +463,13 @@ func uidOf(obj runtime.Object) string {
 		return string(m.GetUID())
 	}
 	return ""
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
 }

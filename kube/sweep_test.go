@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -10,9 +11,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
@@ -78,10 +83,10 @@ func TestSweep(t *testing.T) {
 	assert.Contains(t, <-events.Events, "UnlabelledRequest")
 	<-events.Events
 	v := gather(t, metrics)
-	assert.Equal(t, 3.0, v[key("lvm_agent_kube_objects_received_total", "resource", "persistentvolumeclaims", "source", SourceSweep, "foreign", Own)])
-	assert.Equal(t, 1.0, v[key("lvm_agent_kube_objects_received_total", "resource", "persistentvolumeclaims", "source", SourceSweep, "foreign", Foreign)])
-	assert.Equal(t, 1.0, v[key("lvm_agent_kube_objects_received_total", "resource", "persistentvolumes", "source", SourceSweep, "foreign", Own)])
-	assert.Equal(t, 2.0, v[key("lvm_agent_kube_objects_received_total", "resource", "persistentvolumes", "source", SourceSweep, "foreign", Foreign)])
+	assert.Equal(t, 3.0, v[key("lvm_agent_kube_objects_received_total", "resource", "persistentvolumeclaims", "source", SourceUnlabelled, "foreign", Own)])
+	assert.Equal(t, 1.0, v[key("lvm_agent_kube_objects_received_total", "resource", "persistentvolumeclaims", "source", SourceUnlabelled, "foreign", Foreign)])
+	assert.Equal(t, 1.0, v[key("lvm_agent_kube_objects_received_total", "resource", "persistentvolumes", "source", SourceUnlabelled, "foreign", Own)])
+	assert.Equal(t, 2.0, v[key("lvm_agent_kube_objects_received_total", "resource", "persistentvolumes", "source", SourceUnlabelled, "foreign", Foreign)])
 
 	// Unchanged: handed over again (the agent ignores what did not change), no second warning.
 	target.reset()
@@ -138,4 +143,130 @@ func TestSweepListError(t *testing.T) {
 	s := NewSweeper(c, &recorderTarget{}, SweepConfig{Node: Node{Name: "n"}, Registerer: reg})
 	require.ErrorContains(t, s.Sweep(context.Background()), "apiserver unavailable")
 	assert.Equal(t, 1.0, gather(t, reg)[key("lvm_agent_sweeps_total", "result", "error")])
+}
+
+// filterWatches makes the fake clientset's watches honour label selectors
+// and resourceVersions, as the API server does.
+func filterWatches(c *fake.Clientset) {
+	c.PrependWatchReactor("*", func(a k8stesting.Action) (bool, watch.Interface, error) {
+		wa := a.(k8stesting.WatchAction)
+		sel := wa.GetWatchRestrictions().Labels
+		w, err := c.Tracker().Watch(a.GetResource(), a.GetNamespace(), metav1.ListOptions{ResourceVersion: wa.GetWatchRestrictions().ResourceVersion})
+		if err != nil {
+			return true, nil, err
+		}
+		return true, watch.Filter(w, func(ev watch.Event) (watch.Event, bool) {
+			m, err := meta.Accessor(ev.Object)
+			return ev, err == nil && (sel == nil || sel.Matches(labels.Set(m.GetLabels())))
+		}), nil
+	})
+}
+
+// syncTarget is a recorderTarget safe for the sweeper's goroutines.
+type syncTarget struct {
+	mu sync.Mutex
+	recorderTarget
+}
+
+func (s *syncTarget) Swept(obj runtime.Object) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.recorderTarget.Swept(obj)
+}
+
+func (s *syncTarget) SweptGone(obj runtime.Object) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.recorderTarget.SweptGone(obj)
+}
+
+func (s *syncTarget) snapshot() ([]string, []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.swept...), append([]string(nil), s.gone...)
+}
+
+// Run lists once, then follows the unlabelled objects with a watch: a
+// request written after the list is handed over as it is written, again
+// after RehandDelay, and its end too.
+func TestSweeperFollows(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := fake.NewClientset(sweepPVC("before", "node-a", StateCreating, nil))
+	filterWatches(c)
+	target := &syncTarget{}
+	reg := prometheus.NewRegistry()
+	s := NewSweeper(c, target, SweepConfig{Node: Node{Name: "node-a", Drivers: []string{DefaultDriver}}, RehandDelay: 100 * time.Millisecond, Registerer: reg})
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	eventually := func(want []string, what string) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			got, _ := target.snapshot()
+			return assert.ObjectsAreEqual(want, got)
+		}, 5*time.Second, 10*time.Millisecond, what)
+	}
+	eventually([]string{"ns/before=creating"}, "listed")
+	require.Eventually(t, func() bool {
+		return gather(t, reg)[key("lvm_agent_unlabelled_watches_total", "resource", "persistentvolumeclaims")] == 1
+	},
+		5*time.Second, 10*time.Millisecond)
+
+	_, err := c.CoreV1().PersistentVolumeClaims("ns").Create(ctx, sweepPVC("after", "node-a", StateCreating, nil), metav1.CreateOptions{})
+	require.NoError(t, err)
+	eventually([]string{"ns/before=creating", "ns/after=creating", "ns/after=creating"}, "watched, then handed over again")
+
+	_, err = UpdatePvcWithAnnotations(ctx, c, "ns", "after", "", Set(map[string]string{AnnLifecycle: StateCreated}), nil)
+	require.NoError(t, err)
+	eventually([]string{"ns/before=creating", "ns/after=creating", "ns/after=creating", "ns/after=created"}, "its end")
+
+	// Labelled objects do not reach the watch; deleting a held request does.
+	_, err = c.CoreV1().PersistentVolumeClaims("ns").Create(ctx, sweepPVC("labelled", "node-a", StateCreating, map[string]string{LabelNode: "node-a"}), metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, c.CoreV1().PersistentVolumeClaims("ns").Delete(ctx, "before", metav1.DeleteOptions{}))
+	require.Eventually(t, func() bool {
+		_, gone := target.snapshot()
+		return assert.ObjectsAreEqual([]string{"ns/before"}, gone)
+	}, 5*time.Second, 10*time.Millisecond)
+	swept, _ := target.snapshot()
+	assert.Len(t, swept, 4)
+	assert.Equal(t, 1.0, gather(t, reg)[key("lvm_agent_sweeps_total", "result", "ok")], "one list: the rest came from the watch")
+}
+
+// A watch that cannot resume (410 Gone: its resourceVersion was compacted)
+// makes the sweeper list again, and what changed meanwhile is found.
+func TestSweeperRelistsWhenWatchExpires(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := fake.NewClientset()
+	filterWatches(c)
+	var mu sync.Mutex
+	expire := true
+	c.PrependWatchReactor("persistentvolumeclaims", func(a k8stesting.Action) (bool, watch.Interface, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !expire {
+			return false, nil, nil
+		}
+		expire = false
+		w := watch.NewFake()
+		go func() {
+			// Written while no watch runs, then the watch expires.
+			_, _ = c.CoreV1().PersistentVolumeClaims("ns").Create(ctx, sweepPVC("meanwhile", "node-a", StateCreating, nil), metav1.CreateOptions{})
+			w.Error(&apierrors.NewResourceExpired("too old resource version").ErrStatus)
+		}()
+		return true, w, nil
+	})
+	target := &syncTarget{}
+	reg := prometheus.NewRegistry()
+	s := NewSweeper(c, target, SweepConfig{Node: Node{Name: "node-a"}, Registerer: reg})
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	require.Eventually(t, func() bool {
+		got, _ := target.snapshot()
+		return assert.ObjectsAreEqual([]string{"ns/meanwhile=creating"}, got)
+	}, 5*time.Second, 10*time.Millisecond)
+	assert.Equal(t, 2.0, gather(t, reg)[key("lvm_agent_sweeps_total", "result", "ok")])
 }

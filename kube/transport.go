@@ -30,8 +30,8 @@ type ClientMetrics struct {
 
 // Sources of received objects, for ObjectsReceived.
 const (
-	SourceInformer = "informer"
-	SourceSweep    = "sweep"
+	SourceInformer   = "informer"
+	SourceUnlabelled = "unlabelled"
 )
 
 // NewClientMetrics makes the metrics; register them as one collector. (They
@@ -49,7 +49,7 @@ func NewClientMetrics() *ClientMetrics {
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lvm_agent_kube_watch_events_total",
 			Help: "Watch events received (streamed initial lists and bookmarks included), by resource."}, []string{"resource"}),
 		objects: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lvm_agent_kube_objects_received_total",
-			Help: "PVCs and PVs decoded by the agent, by resource, source (informer: its watches; sweep: the hybrid mode's periodic list) and whether they belong to another node (foreign: true, false, or unknown)."},
+			Help: "PVCs and PVs decoded by the agent, by resource, source (informer: its watches; unlabelled: the hybrid mode's list and watch of unlabelled objects) and whether they belong to another node (foreign: true, false, or unknown)."},
 			[]string{"resource", "source", "foreign"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "lvm_agent_kube_request_duration_seconds",
 			Help:    "Time from sending an API request to its response headers, by resource and verb (a watch: until it is established).",

@@ -178,7 +178,7 @@ func TestInstrumentConfig(t *testing.T) {
 
 func TestObjectsReceivedNil(t *testing.T) {
 	var m *ClientMetrics
-	m.ObjectsReceived("persistentvolumes", SourceSweep, Foreign, 3) // no metrics: no panic
+	m.ObjectsReceived("persistentvolumes", SourceUnlabelled, Foreign, 3) // no metrics: no panic
 }
 
 // gather reads every sample of c, by key.

@@ -154,22 +154,28 @@ func setupLVM() error {
 	}
 	if _, err := lvm("vgs", googleVG); err != nil {
 		file := "/var/lib/lvm-agent/" + googleVG + ".img"
+		_, statErr := os.Stat(file)
+		fresh := os.IsNotExist(statErr)
 		if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
 			return err
 		}
-		if out, err := exec.Command("truncate", "-s", googleSize, file).CombinedOutput(); err != nil {
-			return fmt.Errorf("truncate: %v: %s", err, out)
+		if fresh {
+			if out, err := exec.Command("truncate", "-s", googleSize, file).CombinedOutput(); err != nil {
+				return fmt.Errorf("truncate: %v: %s", err, out)
+			}
 		}
-		// losetup -f, then attach: busybox's losetup has no --show.
-		dev, err := exec.Command("losetup", "-f").Output()
+		// util-linux's losetup (the guest ships it; busybox's has no --show).
+		out, err := exec.Command("losetup", "--find", "--show", file).CombinedOutput()
 		if err != nil {
-			return fmt.Errorf("losetup -f: %w", err)
+			return fmt.Errorf("losetup --find --show %s: %v: %s", file, err, out)
 		}
-		d := strings.TrimSpace(string(dev))
-		if out, err := exec.Command("losetup", d, file).CombinedOutput(); err != nil {
-			return fmt.Errorf("losetup %s: %v: %s", d, err, out)
+		if fresh {
+			_, err = lvm("vgcreate", "-y", googleVG, strings.TrimSpace(string(out)))
+		} else {
+			// The file survived a reboot (Vagrant), its loop device did not.
+			_, err = lvm("vgchange", "-ay", googleVG)
 		}
-		if _, err := lvm("vgcreate", "-y", googleVG, d); err != nil {
+		if err != nil {
 			return err
 		}
 	}

@@ -13,12 +13,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -79,10 +81,22 @@ func newGoogleStack(t *testing.T) *stack {
 	return s
 }
 
+// ensureNode creates the stack's Node object, as a kubelet would have: the
+// agent keeps its capacity annotation up to date there.
+func (s *stack) ensureNode(t *testing.T) {
+	t.Helper()
+	_, err := env.cp.Client.CoreV1().Nodes().Create(context.Background(),
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: s.node}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("create node %s: %v", s.node, err)
+	}
+}
+
 // startAgent starts (or restarts) the stack's lvm-agent and waits for /readyz
 // when wait is set (informers synced and lvmd reachable).
 func (s *stack) startAgent(t *testing.T, wait bool) {
 	t.Helper()
+	s.ensureNode(t)
 	args := append([]string{"--node-name", s.node, "--kubeconfig", env.cp.Kubeconfig,
 		"--metrics-address", s.metrics}, s.args...)
 	// Registered on the stack's top-level test, so that the agent outlives
@@ -238,6 +252,10 @@ func names(t testing.TB, vg, prefix string) []string {
 	return out
 }
 
+// extents caches each VG's extent size: it never changes, and every lvm
+// run costs a second or more in the guest.
+var extents sync.Map
+
 // vgInfo reads a VG's extent size and free bytes.
 func vgInfo(t testing.TB, vg string) (extent, free int64) {
 	t.Helper()
@@ -266,8 +284,12 @@ func requireLV(t *testing.T, vg volumeGroup, name string, pvc *corev1.Persistent
 	t.Helper()
 	got, ok := lvsOf(t, vg.vg)[name]
 	require.True(t, ok, "LV %s/%s does not exist", vg.vg, name)
-	extent, _ := vgInfo(t, vg.vg)
-	assert.Equal(t, lvmSize(size, extent), got.Size, "size of %s (spec size %d)", name, size)
+	extent, ok := extents.Load(vg.vg)
+	if !ok {
+		extent, _ = vgInfo(t, vg.vg)
+		extents.Store(vg.vg, extent)
+	}
+	assert.Equal(t, lvmSize(size, extent.(int64)), got.Size, "size of %s (spec size %d)", name, size)
 	want := append(slices.Clone(specTags), agent.OwnerTag(pvc.UID))
 	slices.Sort(want)
 	assert.Equal(t, want, got.Tags, "tags of %s", name)
@@ -289,9 +311,13 @@ func requireNoLV(t *testing.T, vg, name string) {
 }
 
 // removeLeftover removes an LV a failed case left behind, so that one
-// failure does not cascade into the next cases.
+// failure does not cascade into the next cases. (A passing case has checked
+// that its LVs are gone; an lvm run costs a second in the guest.)
 func removeLeftover(t *testing.T, vg, name string) {
 	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
 		if _, ok := lvsOf(t, vg)[name]; ok {
 			if _, err := lvm("lvremove", "-y", vg+"/"+name); err != nil {
 				t.Logf("cleanup: %v", err)
@@ -322,7 +348,7 @@ func findProcess(ctx context.Context, match func(argv []string) bool) (int, erro
 		select {
 		case <-ctx.Done():
 			return 0, ctx.Err()
-		case <-time.After(2 * time.Millisecond):
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
 }

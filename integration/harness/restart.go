@@ -5,8 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
@@ -46,6 +51,9 @@ func StartControlPlaneWith(t TB, startTimeout time.Duration, o Options) *Control
 		args.Set("authorization-mode", o.Authorization)
 	}
 	if o.Restartable {
+		// On SIGTERM, kube-apiserver drains open watches only when this is
+		// set; otherwise its HTTP server waits a fixed 60 s for them to end.
+		args.Set("shutdown-watch-termination-grace-period", "5s")
 		api.CertDir = filepath.Join(dir, "apiserver")
 		if err := os.MkdirAll(api.CertDir, 0o700); err != nil {
 			t.Fatalf("%v", err)
@@ -64,17 +72,32 @@ func StartControlPlaneWith(t TB, startTimeout time.Duration, o Options) *Control
 	return cp
 }
 
-// RestartAPIServer stops kube-apiserver (SIGTERM, as a rolling update
-// would), keeps it down for down, and starts it again on the same address,
-// with the same certificates and the same etcd (which keeps running), then
-// waits until it is ready. The control plane must have been started
-// Restartable.
-func (cp *ControlPlane) RestartAPIServer(ctx context.Context, down time.Duration) error {
+// RestartAPIServer stops kube-apiserver — with SIGTERM, as a rolling update
+// would, or when crash is set with SIGKILL, as the OOM killer would (requests
+// it had stored may then go unanswered) — keeps it down for down, and starts
+// it again on the same address, with the same certificates and the same etcd
+// (which keeps running), then waits until it is ready. The control plane
+// must have been started Restartable.
+func (cp *ControlPlane) RestartAPIServer(ctx context.Context, down time.Duration, crash bool) error {
 	api := cp.Env.ControlPlane.GetAPIServer()
 	if api.CertDir == "" {
 		return fmt.Errorf("the control plane was not started Restartable")
 	}
-	if err := api.Stop(); err != nil {
+	if crash {
+		if err := killAPIServer(api.CertDir); err != nil {
+			return err
+		}
+	}
+	// After a SIGKILL, Stop may race the process's exit being noticed (it
+	// then fails to signal it); once noticed, Stop has nothing to do.
+	var err error
+	for i := 0; i < 50; i++ {
+		if err = api.Stop(); err == nil || !crash {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
 		return fmt.Errorf("stop kube-apiserver: %w", err)
 	}
 	select {
@@ -86,4 +109,63 @@ func (cp *ControlPlane) RestartAPIServer(ctx context.Context, down time.Duration
 		return fmt.Errorf("start kube-apiserver again: %w", err)
 	}
 	return WaitReady(ctx, cp.Client)
+}
+
+// killAPIServer sends SIGKILL to the kube-apiserver serving from certDir:
+// envtest keeps its process to itself, but the certificate directory, unique
+// to this control plane, names it on its command line.
+func killAPIServer(certDir string) error {
+	procs, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	if err != nil {
+		return err
+	}
+	for _, p := range procs {
+		raw, err := os.ReadFile(p)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		args := strings.Split(string(raw), "\x00")
+		if filepath.Base(args[0]) != "kube-apiserver" || !slices.Contains(args, "--cert-dir="+certDir) {
+			continue
+		}
+		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		if err != nil {
+			continue
+		}
+		return syscall.Kill(pid, syscall.SIGKILL)
+	}
+	return fmt.Errorf("no kube-apiserver process with --cert-dir=%s", certDir)
+}
+
+// StartObserver starts a second kube-apiserver on cp's etcd, without a watch
+// cache, that the test never restarts, and returns an admin config for it.
+// A watch through it never breaks when cp's API server restarts, and resumes
+// from any resourceVersion etcd still holds, so an observer sees every
+// change — those made while cp's API server was down or restarting too —
+// while the code under test keeps talking to cp's (cached) API server.
+func (cp *ControlPlane) StartObserver(t TB) *rest.Config {
+	t.Helper()
+	main := cp.Env.ControlPlane.GetAPIServer()
+	obs := &envtest.APIServer{EtcdURL: cp.Env.ControlPlane.Etcd.URL, Path: main.Path,
+		StartTimeout: main.StartTimeout, StopTimeout: main.StopTimeout, CertDir: filepath.Join(t.TempDir(), "observer")}
+	if err := os.MkdirAll(obs.CertDir, 0o700); err != nil {
+		t.Fatalf("%v", err)
+	}
+	args := obs.Configure()
+	args.Set("endpoint-reconciler-type", "none")
+	args.Set("advertise-address", "127.0.0.1")
+	args.Set("watch-cache", "false")
+	args.Set("shutdown-watch-termination-grace-period", "5s")
+	if err := obs.Start(); err != nil {
+		t.Fatalf("start the observer kube-apiserver: %v", err)
+	}
+	t.Cleanup(func() { _ = obs.Stop() })
+	cfg, err := obs.SecureServing.AddUser(envtest.User{Name: "observer", Groups: []string{"system:masters"}}, &rest.Config{})
+	if err != nil {
+		t.Fatalf("observer user: %v", err)
+	}
+	cfg.Host = obs.SecureServing.URL("https", "").String()
+	cfg.CAData = obs.SecureServing.CA
+	cfg.QPS, cfg.Burst = 500, 1000
+	return cfg
 }

@@ -246,21 +246,29 @@ func (m metrics) quantile(name string, q float64, match ...string) time.Duration
 	return time.Duration(lower * float64(time.Second))
 }
 
-// lvmdCalls measures what lvmd costs a create with the fake at 0 ms, over
-// the socket from this process: the GetLVList the agent looks first with,
-// then CreateLV, n times one after the other (the VG holding up to n LVs,
-// as in a burst).
-func lvmdCalls(tb harness.TB, n int) (p50, p99 time.Duration, err error) {
+// lvmdCosts is what lvmd costs a create with the fake at 0 ms.
+type lvmdCosts struct {
+	p50, p99 time.Duration // GetLVList + CreateLV over the socket, from this process
+	// listLocked is the sum, over a burst, of the time the fake's
+	// GetLVList holds the VG lock (copying and sorting the LVs), which a
+	// burst's creates wait for: the agent looks before each create.
+	listLocked time.Duration
+}
+
+// lvmdCalls measures n creates one after the other, the VG holding up to n
+// LVs, as in a burst: the GetLVList the agent looks first with, then CreateLV.
+func lvmdCalls(tb harness.TB, n int) (lvmdCosts, error) {
+	var c lvmdCosts
 	lvm := lvmdfake.NewLVM(lvmdfake.Class{Name: "vg1", SizeBytes: 64 << 40})
 	srv := lvmdfake.NewTopolvm(lvm)
 	socket := filepath.Join(tb.TempDir(), "lvmd.sock")
 	if err := srv.Serve(socket); err != nil {
-		return 0, 0, err
+		return c, err
 	}
 	defer srv.Stop()
 	b, err := lvmbackend.NewTopolvm(socket)
 	if err != nil {
-		return 0, 0, err
+		return c, err
 	}
 	defer b.Close()
 	ctx := context.Background()
@@ -269,12 +277,18 @@ func lvmdCalls(tb harness.TB, n int) (p50, p99 time.Duration, err error) {
 		name := fmt.Sprintf("lv-%05d", i)
 		start := time.Now()
 		if _, err := b.GetVolume(ctx, "vg1", name); !errors.Is(err, lvmbackend.ErrNotFound) {
-			return 0, 0, fmt.Errorf("get %s: %v", name, err)
+			return c, fmt.Errorf("get %s: %v", name, err)
 		}
 		if _, err := b.CreateVolume(ctx, lvmbackend.CreateRequest{DeviceClass: "vg1", Name: name, SizeBytes: 4 << 20}); err != nil {
-			return 0, 0, err
+			return c, err
 		}
 		d = append(d, time.Since(start))
+		start = time.Now()
+		if _, err := lvm.List("vg1"); err != nil {
+			return c, err
+		}
+		c.listLocked += time.Since(start)
 	}
-	return percentile(d, 0.5), percentile(d, 0.99), nil
+	c.p50, c.p99 = percentile(d, 0.5), percentile(d, 0.99)
+	return c, nil
 }

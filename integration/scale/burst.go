@@ -127,6 +127,9 @@ type burstResult struct {
 	// agentP50, agentP99: per volume, the agent's own part (lvm_agent_request_answer_seconds).
 	agentP50, agentP99 time.Duration
 	failed             int
+	// slept is the mean time a time.Sleep(latency) took in this process
+	// during the burst: what the fake's latency really was on a busy host.
+	slept time.Duration
 }
 
 // prepare makes n PVCs for the bench node, as a scheduler leaves them.
@@ -162,6 +165,8 @@ func (cl *cluster) burst(ctx context.Context, a *agentProc, obs *observer, prefi
 		return r, names, err
 	}
 	a.lvm.SetLatency(latency)
+	stopProbe := sleepProbe(latency, &r.slept)
+	defer stopProbe()
 	written := make([]time.Time, n)
 	start := time.Now()
 	err = parallel(ctx, cl.cfg.createWorkers, 0, n, func(ctx context.Context, i int) error {
@@ -192,7 +197,43 @@ func (cl *cluster) burst(ctx context.Context, a *agentProc, obs *observer, prefi
 	}
 	r.total = last.Sub(start)
 	r.p50, r.p99 = percentile(lat, 0.50), percentile(lat, 0.99)
+	stopProbe()
 	return r, names, nil
+}
+
+// sleepProbe sleeps d again and again until stopped, and then sets mean to
+// the mean time one sleep took. A busy host wakes sleepers late, and the
+// fake's latency is such a sleep: this is the floor the host allowed.
+func sleepProbe(d time.Duration, mean *time.Duration) (stop func()) {
+	if d <= 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	result := make(chan time.Duration, 1)
+	go func() {
+		var total time.Duration
+		n := 0
+		for {
+			select {
+			case <-done:
+				result <- total / time.Duration(max(n, 1))
+				return
+			default:
+			}
+			start := time.Now()
+			time.Sleep(d)
+			total += time.Since(start)
+			n++
+		}
+	}()
+	var once bool
+	return func() {
+		if !once {
+			once = true
+			close(done)
+			*mean = <-result
+		}
+	}
 }
 
 // sequentialResult is the 1-by-1 probe: requests written one after the

@@ -15,6 +15,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"strconv"
@@ -37,6 +38,15 @@ type config struct {
 	agentArgs      []string
 	agentBin       string
 	verbose        bool
+	// variants are extra agents started at the largest F, after the rows,
+	// for their start only: tuning evidence.
+	variants []variant
+}
+
+// variant is an agent started for its sync cost only.
+type variant struct {
+	name, bin, mode string
+	args            []string
 }
 
 func main() {
@@ -49,10 +59,12 @@ func main() {
 	flag.Float64Var(&cfg.unlabelledFrac, "unlabelled", 0.25, "fraction of foreign objects without the volume.node label (written by a provisioner that does not label, or another driver)")
 	flag.Float64Var(&cfg.churn, "churn", 20, "foreign writes per second during the rows")
 	flag.IntVar(&cfg.createWorkers, "create-workers", 32, "parallel writers for the foreign objects")
-	flag.DurationVar(&cfg.sweepInterval, "sweep-interval", 30*time.Second, "the agent's --sweep-interval")
+	flag.DurationVar(&cfg.sweepInterval, "sweep-interval", 30*time.Minute, "the agent's --sweep-interval (hybrid mode's full re-list)")
 	extra := flag.String("agent-args", "", "extra agent flags, space-separated")
 	flag.StringVar(&cfg.agentBin, "agent-bin", "", "agent binary (default: $LVM_AGENT_BIN, or built from this module)")
 	flag.BoolVar(&cfg.verbose, "v", false, "print the agent's output of each row")
+	variants := flag.String("sync-variants", "", `after the rows, at the largest F, start these agents for their sync cost only, ";"-separated `+
+		`"name:mode:binary:args" (binary empty: the agent under test), e.g. "json:all::--kube-api-content-type=application/json"`)
 	flag.Parse()
 	var err error
 	if cfg.foreign, err = ints(*foreign); err != nil {
@@ -67,16 +79,27 @@ func main() {
 		cfg.latencies = append(cfg.latencies, d)
 	}
 	cfg.agentArgs = strings.Fields(*extra)
+	for _, v := range strings.Split(*variants, ";") {
+		if strings.TrimSpace(v) == "" {
+			continue
+		}
+		p := strings.SplitN(v, ":", 4)
+		if len(p) != 4 {
+			fatal("-sync-variants: %q is not name:mode:binary:args", v)
+		}
+		cfg.variants = append(cfg.variants, variant{name: p[0], mode: p[1], bin: p[2], args: strings.Fields(p[3])})
+	}
 	rows, lvmd, err := run(context.Background(), cfg, os.Stderr)
 	if err != nil {
 		fatal("%v", err)
 	}
 	printTable(os.Stdout, cfg, rows, lvmd)
+	printVariants(os.Stdout, cfg, rows)
 }
 
 // run makes the cluster, then each row; progress goes to log.
-func run(ctx context.Context, cfg config, log *os.File) ([]*row, [2]time.Duration, error) {
-	var lvmd [2]time.Duration
+func run(ctx context.Context, cfg config, log io.Writer) ([]*row, lvmdCosts, error) {
+	var lvmd lvmdCosts
 	tb := &programTB{log: log}
 	defer tb.cleanup()
 	start := time.Now()
@@ -85,10 +108,11 @@ func run(ctx context.Context, cfg config, log *os.File) ([]*row, [2]time.Duratio
 	}
 	dir := tb.TempDir()
 	var err error
-	if lvmd[0], lvmd[1], err = lvmdCalls(tb, cfg.burst); err != nil {
+	if lvmd, err = lvmdCalls(tb, cfg.burst); err != nil {
 		return nil, lvmd, err
 	}
-	logf("lvmd calls per create (GetLVList + CreateLV, 0 ms, %d LVs): p50 %v, p99 %v", cfg.burst, lvmd[0], lvmd[1])
+	logf("lvmd calls per create (GetLVList + CreateLV, 0 ms, %d LVs): p50 %v, p99 %v; the fake's lists hold the VG lock %v in all",
+		cfg.burst, lvmd.p50, lvmd.p99, lvmd.listLocked)
 	bin := cfg.agentBin
 	if bin == "" {
 		bin = harness.AgentBinary(tb, dir)
@@ -119,6 +143,21 @@ func run(ctx context.Context, cfg config, log *os.File) ([]*row, [2]time.Duratio
 			}
 			rows = append(rows, r)
 		}
+	}
+	for _, v := range cfg.variants {
+		logf("variant %s: mode %s, %d foreign PVCs + %d foreign PVs, start only", v.name, v.mode, cl.have, cl.have)
+		c := cfg
+		c.agentArgs = append(append([]string(nil), cfg.agentArgs...), v.args...)
+		b := bin
+		if v.bin != "" {
+			b = v.bin
+		}
+		r, err := syncOnly(ctx, cl, tb, b, v.mode, c)
+		if err != nil {
+			return nil, lvmd, fmt.Errorf("variant %s: %w", v.name, err)
+		}
+		r.mode = v.name
+		rows = append(rows, r)
 	}
 	logf("done")
 	return rows, lvmd, nil
@@ -164,7 +203,7 @@ func fatal(format string, args ...any) {
 
 // programTB lets the harness run in a program: a failure aborts the run.
 type programTB struct {
-	log      *os.File
+	log      io.Writer
 	cleanups []func()
 	dirs     []string
 }

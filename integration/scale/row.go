@@ -12,6 +12,7 @@ import (
 type row struct {
 	mode    string
 	foreign int
+	variant bool // started for its sync cost only
 
 	ready                    time.Duration
 	sync, end                procStats
@@ -76,7 +77,7 @@ func runRow(ctx context.Context, cl *cluster, tb harness.TB, bin, mode string, f
 	rowStart := time.Now()
 
 	// Requests of a provisioner that does not label: the labelled mode never
-	// sees them (by design), the hybrid mode within a sweep interval.
+	// sees them (by design), the others do.
 	unl, err := cl.prepare(ctx, "u-"+id, unlabelledProbe)
 	names = append(names, unl...)
 	if err != nil {
@@ -121,8 +122,8 @@ func runRow(ctx context.Context, cl *cluster, tb harness.TB, bin, mode string, f
 		if b.agentP50, b.agentP99, err = agentTime(a, before); err != nil {
 			return nil, err
 		}
-		logf("  burst of %d with lvmd %v: %v (%.3f x the lvmd floor), p50 %v, p99 %v (the agent's part p50 %v, p99 %v), %d failed",
-			b.n, lat, b.total.Round(time.Millisecond), ratio(b), b.p50, b.p99, b.agentP50, b.agentP99, b.failed)
+		logf("  burst of %d with lvmd %v: %v (%.3f x the lvmd floor, %.3f x the slept floor: sleeps took %v), p50 %v, p99 %v (the agent's part p50 %v, p99 %v), %d failed",
+			b.n, lat, b.total.Round(time.Millisecond), ratio(b), sleptRatio(b), b.slept, b.p50, b.p99, b.agentP50, b.agentP99, b.failed)
 		r.bursts = append(r.bursts, b)
 		if err := clearLVs(a); err != nil {
 			return nil, err
@@ -134,7 +135,7 @@ func runRow(ctx context.Context, cl *cluster, tb harness.TB, bin, mode string, f
 	}
 
 	if mode != "labelled" {
-		wctx, cancel := context.WithTimeout(ctx, 2*cl.cfg.sweepInterval+30*time.Second)
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		for _, n := range unl {
 			t, err := obs.wait(wctx, n)
 			if err != nil {
@@ -176,6 +177,29 @@ func runRow(ctx context.Context, cl *cluster, tb harness.TB, bin, mode string, f
 	return r, nil
 }
 
+// syncOnly starts an agent and measures its start only: a variant's row.
+func syncOnly(ctx context.Context, cl *cluster, tb harness.TB, bin, mode string, cfg config) (*row, error) {
+	r := &row{mode: mode, foreign: cl.have, variant: true}
+	a, err := startAgent(tb, bin, cl.cp.Kubeconfig, mode, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer a.stop()
+	if r.ready, err = a.waitReady(ctx, 10*time.Minute); err != nil {
+		return nil, err
+	}
+	time.Sleep(time.Second)
+	if r.sync, err = a.stats(); err != nil {
+		return nil, err
+	}
+	m, err := a.scrape()
+	if err != nil {
+		return nil, err
+	}
+	r.syncObjs, r.syncForeign, r.syncMB = received(m)
+	return r, nil
+}
+
 // agentTime is the p50 and p99 of the agent's own time per request since
 // the scrape before.
 func agentTime(a *agentProc, before metrics) (p50, p99 time.Duration, err error) {
@@ -206,6 +230,13 @@ func writes(m metrics) float64 {
 		n += m.sum("lvm_agent_kube_requests_total", `verb="`+v+`"`)
 	}
 	return n
+}
+
+func sleptRatio(b burstResult) float64 {
+	if b.slept == 0 {
+		return 0
+	}
+	return b.total.Seconds() / (float64(b.n) * b.slept.Seconds())
 }
 
 func ratio(b burstResult) float64 {

@@ -65,7 +65,7 @@ run() {
 }
 
 [ -z "$devmapper" ] || run devmapper.test -test.timeout 10m
-run guest.test -test.timeout 30m "$@"
+run guest.test -test.timeout 30m -test.parallel 8 "$@"
 
 echo
 log "summary:"

@@ -206,6 +206,9 @@ cat >"$r/init" <<'EOF'
 set -eu
 trap 'echo "vm-init: setup failed at line $LINENO"; poweroff -f' ERR
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin HOME=/root TERM=dumb
+# No udev: libdevmapper must make the /dev/mapper nodes itself. lvm does so
+# by lvm.conf (udev_rules=0); dmsetup reads no lvm.conf and needs this.
+export DM_DISABLE_UDEV=1
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
