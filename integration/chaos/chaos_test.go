@@ -142,6 +142,7 @@ func TestChaos(t *testing.T) {
 		w, err = observe(ctx, client, lvm, vols, tr, before)
 		require.NoError(t, err)
 	}
+	w.removes = inj.removals()
 
 	apiCheck := &check{name: "API server restarts: down, then back on the same etcd", checked: inj.etcdChecks, violations: inj.etcdBroken}
 	if inj.etcdChecks > 0 && inj.downSeen != inj.etcdChecks {
@@ -178,11 +179,12 @@ func newClient(t *testing.T, cfg *rest.Config, agent string) kubernetes.Interfac
 func report(out *os.File, seed int64, vols []*volume, ran, collect time.Duration, inj *injector, a *agentRunner, tr *tracker) {
 	var kinds [numKinds]int
 	abandoned, collected := 0, 0
+	removes := inj.removals()
 	for _, v := range vols {
 		kinds[v.kind]++
 		if v.kind == kindAbandon {
 			abandoned++
-			if inj.removed(v.lv) > 0 {
+			if len(removes[v.lv]) > 0 {
 				collected++
 			}
 		}

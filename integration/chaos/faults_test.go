@@ -87,7 +87,7 @@ type injector struct {
 	injected   atomic.Int64
 
 	removesMu sync.Mutex
-	removes   map[string]int // LV name → remove calls that reached the model
+	removes   map[string][]time.Time // LV name → remove calls that reached the model
 
 	sentinel      *corev1.ConfigMap
 	etcdChecks    int
@@ -103,7 +103,7 @@ func newInjector(seed int64, cp *harness.ControlPlane, lvm *lvmdfake.LVM, lvmd *
 		return nil, err
 	}
 	f := &injector{rng: rand.New(rand.NewSource(seed)), hookRng: rand.New(rand.NewSource(seed + 1)),
-		cp: cp, probe: probe, lvm: lvm, lvmd: lvmd, socket: socket, agent: a, logf: logf, removes: map[string]int{}}
+		cp: cp, probe: probe, lvm: lvm, lvmd: lvmd, socket: socket, agent: a, logf: logf, removes: map[string][]time.Time{}}
 	f.windowCtx, f.endWindows = context.WithCancel(context.Background())
 	// What the API server serves from etcd: after each restart it must still
 	// be this object, unchanged.
@@ -129,7 +129,7 @@ func (f *injector) hook(op, class, name string) error {
 	}
 	if op == "remove" {
 		f.removesMu.Lock()
-		f.removes[name]++
+		f.removes[name] = append(f.removes[name], time.Now())
 		f.removesMu.Unlock()
 	}
 	return nil
@@ -214,7 +214,9 @@ func (f *injector) inject(ctx context.Context, k fault) {
 			}
 		})
 	case faultAPIRestart:
-		down, crash := f.between(0, 2*time.Second), f.rng.Intn(2) == 0
+		// By turns a crash (the first, so that a short run has one) and a
+		// graceful stop.
+		down, crash := f.between(0, 2*time.Second), f.counts[k]%2 == 1
 		f.logf("fault: API server restart (crash: %v), down for %v after it stops", crash, down)
 		if crash {
 			f.crashes++
@@ -289,9 +291,13 @@ func (f *injector) quiesce() {
 	f.windows.Wait()
 }
 
-// removed reports the remove calls that reached lvmd for name.
-func (f *injector) removed(name string) int {
+// removals returns when remove calls for each LV name reached lvmd.
+func (f *injector) removals() map[string][]time.Time {
 	f.removesMu.Lock()
 	defer f.removesMu.Unlock()
-	return f.removes[name]
+	out := make(map[string][]time.Time, len(f.removes))
+	for k, v := range f.removes {
+		out[k] = append([]time.Time(nil), v...)
+	}
+	return out
 }

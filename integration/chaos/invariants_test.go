@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -37,6 +38,8 @@ type world struct {
 	pvcUIDs   map[types.UID]bool
 	claimUIDs map[types.UID]bool
 	listed    map[objKey]listedObj
+	// removes are the remove calls that reached lvmd, by LV name.
+	removes map[string][]time.Time
 }
 
 type listedObj struct{ state, rv string }
@@ -118,6 +121,7 @@ func (w *world) checks(extra ...*check) []*check {
 	gone := &check{name: "deleted volume: no LV left"}
 	failedNoLV := &check{name: "failed or abandoned request: no LV of its claim"}
 	owned := &check{name: "no LV of ours without an owner (PVC or bound PV)"}
+	early := &check{name: "no LV removed before the provisioner let go of it"}
 	untouched := &check{name: "foreign and protected LVs untouched"}
 	writes := &check{name: "no object written after its final state"}
 
@@ -162,6 +166,15 @@ func (w *world) checks(extra ...*check) []*check {
 				}
 			}
 		}
+		early.checked++
+		for _, at := range w.removes[v.lv] {
+			switch {
+			case v.kind == kindConflict || v.kind == kindProtected:
+				early.fail("%s: the LV it names (not its own) was removed at %s", v, at.Format(time.StampMilli))
+			case v.released.IsZero() || at.Before(v.released):
+				early.fail("%s: LV %s removed at %s, while still in use (released at %s)", v, v.lv, at.Format(time.StampMilli), v.released.Format(time.StampMilli))
+			}
+		}
 		lvs := byOwner[v.uid]
 		switch v.kind {
 		case kindKeep:
@@ -201,6 +214,9 @@ func (w *world) checks(extra ...*check) []*check {
 	}
 	for _, s := range w.before {
 		untouched.checked++
+		if at := w.removes[s.name]; len(at) > 0 {
+			untouched.fail("%s/%s: remove called %d times", s.class, s.name, len(at))
+		}
 		lv, ok := have[s.class+"/"+s.name]
 		switch {
 		case !ok:
@@ -224,7 +240,7 @@ func (w *world) checks(extra ...*check) []*check {
 			writes.fail("%s written after its final state %s: %s", k, r.state, wr)
 		}
 	}
-	return append([]*check{final, listed, one, gone, failedNoLV, owned, untouched, writes}, extra...)
+	return append([]*check{final, listed, one, gone, failedNoLV, owned, early, untouched, writes}, extra...)
 }
 
 func first(a, _ string) string  { return a }

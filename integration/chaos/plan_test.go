@@ -85,6 +85,10 @@ type volume struct {
 	target    *seededLV     // kindConflict, kindProtected: the LV named
 
 	uid types.UID
+	// released is when the provisioner let go of the LV: asked for its
+	// deletion (kindFull), or deleted the claim (kindAbandon). No LV of a
+	// volume may be removed before.
+	released time.Time
 	// err is the provisioner's own failure: a request it could not finish.
 	err error
 }

@@ -57,6 +57,7 @@ func (p *provisioner) lifecycle(ctx context.Context, v *volume) error {
 			return err
 		}
 		sleep(ctx, v.dwell)
+		v.released = time.Now()
 		return p.deleteClaim(ctx, v)
 	case kindInvalid:
 		if err := p.writeRequest(ctx, v, v.spec); err != nil {
@@ -164,6 +165,9 @@ func (p *provisioner) remove(ctx context.Context, v *volume, claimUID string) er
 		if state != "" {
 			_, err := p.tracker.waitFinal(ctx, objKey{"pv", "", v.pv}, "")
 			return err
+		}
+		if v.released.IsZero() {
+			v.released = time.Now()
 		}
 		hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		err = kube.DeleteVolumeWithAnnotations(hctx, p.c, v.pv, v.class, v.lv, nil)

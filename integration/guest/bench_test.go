@@ -215,8 +215,8 @@ type sampler struct {
 }
 
 // startSampler records every lvm process (pid, subcommand, first and last
-// time seen) by scanning /proc every 20 ms until stop: an lvm process lives
-// 100 ms or more in the guest. It runs in every phase, so that its small cost
+// time seen) by scanning /proc every 50 ms until stop: an lvm process lives
+// 300 ms or more in the guest. It runs in every phase, so that its small cost
 // weighs on both sides of each ratio; -guest.bench-sample=false turns it off.
 func startSampler() *sampler {
 	s := &sampler{stopc: make(chan struct{}), done: make(chan []lvmRun, 1)}
@@ -259,7 +259,7 @@ func startSampler() *sampler {
 				}
 				s.done <- runs
 				return
-			case <-time.After(20 * time.Millisecond):
+			case <-time.After(50 * time.Millisecond):
 			}
 		}
 	}()

@@ -101,7 +101,19 @@ func (s *stack) startAgent(t *testing.T, wait bool) {
 		"--metrics-address", s.metrics}, s.args...)
 	// Registered on the stack's top-level test, so that the agent outlives
 	// the subtest that (re)started it.
-	s.agent = harness.StartAgent(s.parent, env.agentBin, args...)
+	p := harness.StartAgent(s.parent, env.agentBin, args...)
+	s.agent = p
+	if dir := os.Getenv("LVM_AGENT_RESULTS"); dir != "" {
+		// Every agent's log is kept, not only a failed test's: its retries
+		// and warnings are worth reading after a pass too.
+		s.parent.Cleanup(func() {
+			f, err := os.OpenFile(filepath.Join(dir, "agent-"+s.node+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+			if err == nil {
+				fmt.Fprintf(f, "==== lvm-agent %s\n%s", strings.Join(args, " "), p.Output())
+				f.Close()
+			}
+		})
+	}
 	if wait {
 		s.waitReady(t)
 	}

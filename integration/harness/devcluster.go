@@ -106,8 +106,12 @@ func finishDevCluster(env *envtest.Environment, dir string, deadline time.Time) 
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
+	// Written whole or not at all: the demo waits for this file to appear.
 	path := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(path, kc, 0o600); err != nil {
+	if err := os.WriteFile(path+".tmp", kc, 0o600); err != nil {
+		return nil, err
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
 		return nil, err
 	}
 	return &ControlPlane{Env: env, Config: cfg, Client: client, Kubeconfig: path}, nil

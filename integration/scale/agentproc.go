@@ -157,6 +157,18 @@ func (a *agentProc) scrape() (metrics, error) {
 	return out, sc.Err()
 }
 
+// waitMetric polls /metrics until the sum of name reaches want.
+func (a *agentProc) waitMetric(ctx context.Context, name string, want float64, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if m, err := a.scrape(); err == nil && m.sum(name) >= want {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("%s did not reach %v in %v", name, want, timeout)
+}
+
 // sum adds the series of name whose labels contain every one of match
 // (each `key="value"`).
 func (m metrics) sum(name string, match ...string) float64 {

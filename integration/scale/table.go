@@ -53,7 +53,8 @@ func printTable(out io.Writer, cfg config, rows []*row, lvmd lvmdCosts) {
 	}
 	w.Flush()
 	fmt.Fprintln(out, `
-ready: process start to /readyz 200. RSS: VmRSS 1 s after ready; peak: VmHWM then. CPU: utime+stime until then / during the rest of the row.
+ready: process start to /readyz 200. RSS: VmRSS 1 s after ready (hybrid: after its first list of the unlabelled objects); peak: VmHWM
+  then. CPU: utime+stime until then / during the rest of the row.
 recv: PVCs and PVs the agent decoded (its informers and sweeps, lvm_agent_kube_objects_received_total), "foreign" = of other nodes,
   and MB of their list and watch bodies (lvm_agent_kube_received_bytes_total); @sync = until the RSS sample, /row = the rest of the row.
 1-by-1: creates written one at a time, each when the previous was answered, lvmd 0 ms: request written -> "created" seen by a watch

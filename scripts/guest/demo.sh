@@ -52,12 +52,12 @@ step "Starting topolvm's lvmd (device classes: thick = vg0, thin = vg0/pool0)"
 LVMD_LOG=$work/lvmd.log start-lvmd.sh start
 
 step "Waiting for the API server"
-for ((i = 0; i < 3000; i++)); do
+for ((i = 0; i < 5000; i++)); do
   [ -s "$KUBECONFIG" ] && break
   kill -0 "$devcluster" 2>/dev/null || { echo "lvm-devcluster exited"; false; }
   sleep 0.1
 done
-[ -s "$KUBECONFIG" ] || { echo "the API server was not ready within 300 s"; false; }
+[ -s "$KUBECONFIG" ] || { echo "the API server was not ready within 500 s"; false; }
 cat "$work/devcluster.log"
 
 step "Starting lvm-agent for node $NODE (spec volumeGroup vg0 -> lvmd device class thick)"
@@ -88,6 +88,9 @@ show lvm lvs -o lv_name,vg_name,lv_size,lv_attr,lv_tags vg0
 lv=$(lvm lvs --noheadings -o lv_name -S 'lv_name=~^pvc-' vg0 | tr -d ' ')
 [ -n "$lv" ]
 
+step "lvm-agent volume status: the request (API side) next to lvmd's LV"
+show lvm-agent volume status --node "$NODE" --device-class-map vg0=thick
+
 step "Creating PV demo-pv bound to the claim, with node affinity to $NODE (what the CSI provisioner does)"
 show lvm-devcluster pv --name demo-pv --claim default/demo --node "$NODE" --spec "vg0/$lv"
 
@@ -97,8 +100,5 @@ show lvm-agent volume delete --pv demo-pv --timeout 5m
 step "lvs: the LV is gone"
 show lvm lvs -o lv_name,vg_name,lv_size,lv_attr,lv_tags vg0
 if lvm lvs "vg0/$lv" >/dev/null 2>&1; then echo "vg0/$lv still exists"; false; fi
-
-step "lvm-agent volume status"
-show lvm-agent volume status
 
 step "Done: the volume was created and removed through the protocol in $((SECONDS - t0)) s"

@@ -14,7 +14,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CACHE=${LVM_AGENT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lvm-agent}
-timeout=1500
+timeout=3600
 while [ $# -gt 0 ]; do
   case $1 in
     --timeout) timeout=$2; shift 2 ;;

@@ -5,7 +5,7 @@
 // objects a scheduler and a CSI provisioner would (a PVC with its selected
 // node, a PV bound to it). It has no kubectl's generality on purpose.
 //
-//	lvm-devcluster up  --assets DIR --dir DIR [--timeout 300s]
+//	lvm-devcluster up  --assets DIR --dir DIR [--timeout 480s]
 //	lvm-devcluster pvc --kubeconfig F --namespace NS --name NAME --node NODE
 //	lvm-devcluster pv  --kubeconfig F --name NAME --claim NS/NAME --node NODE --spec VG/LV
 //
@@ -65,7 +65,7 @@ func up(args []string) error {
 	fs := flag.NewFlagSet("up", flag.ExitOnError)
 	assets := fs.String("assets", os.Getenv("KUBEBUILDER_ASSETS"), "directory with etcd and kube-apiserver")
 	dir := fs.String("dir", "", "where to write the kubeconfig (required)")
-	timeout := fs.Duration("timeout", 300*time.Second, "how long the API server may take to be ready (TCG: up to ~105 s)")
+	timeout := fs.Duration("timeout", 480*time.Second, "how long the API server may take to be ready (TCG: 70-110 s, 235 s seen on a busy host)")
 	_ = fs.Parse(args)
 	if *dir == "" {
 		return fmt.Errorf("up: --dir is required")
