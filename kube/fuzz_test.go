@@ -138,3 +138,32 @@ func FuzzNodeLabelValue(f *testing.F) {
 		}
 	})
 }
+
+// Inputs too large to be worth a fuzzer's time, refused like any other.
+// (Other hostile inputs are the committed corpora, which plain `go test`
+// runs too.)
+func TestParseSpecOversize(t *testing.T) {
+	valid := `{"volumeGroup":"vg1","name":"lv","size":4096}`
+	for name, s := range map[string]string{
+		"padded":        valid + strings.Repeat(" ", MaxSpecBytes),
+		"huge name":     `{"volumeGroup":"vg1","name":"` + strings.Repeat("a", 200<<10) + `","size":4096}`,
+		"many tags":     `{"volumeGroup":"vg1","name":"lv","size":4096,"tags":[` + strings.Repeat(`"t",`, 8<<10) + `"t"]}`,
+		"huge PV spec":  "vg1/" + strings.Repeat("a", MaxSpecBytes),
+		"deep nesting":  strings.Repeat("[", MaxSpecBytes/2+1) + strings.Repeat("]", MaxSpecBytes/2+1),
+		"just at limit": valid + strings.Repeat(" ", MaxSpecBytes-len(valid)+1),
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := ParseCreateSpec(s)
+			checkInvalid(t, s, err)
+			if !strings.Contains(err.Error(), "at most 16384 allowed") {
+				t.Fatalf("error does not give the limit: %v", err)
+			}
+			_, _, err = ParsePVSpec(s)
+			checkInvalid(t, s, err)
+		})
+	}
+	// One byte under the limit is still parsed on its merits.
+	if _, err := ParseCreateSpec(valid + strings.Repeat(" ", MaxSpecBytes-len(valid))); err != nil {
+		t.Fatalf("a spec of exactly %d bytes: %v", MaxSpecBytes, err)
+	}
+}
