@@ -292,8 +292,10 @@ func (a *Agent) answer(k Key, obj runtime.Object, out outcome, start time.Time) 
 		a.recorder.Event(obj, corev1.EventTypeWarning, "VolumeRetrying", kube.OneLine(out.err))
 		msg := kube.OneLine(out.err)
 		if c := (kube.Change{kube.AnnError: &msg}); c.Pending(m.GetAnnotations()) {
-			// Unconditional: it only informs, and must not fail on a stale cache.
-			if err := a.patch(ctx, k, "", c); err != nil && !apierrors.IsNotFound(err) {
+			// Conditional like every write: if the object moved on (say, our
+			// final answer landed but its response was lost), the note is
+			// dropped rather than written after a final state.
+			if err := a.patch(ctx, k, m.GetResourceVersion(), c); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 				klog.ErrorS(err, "Could not record the error", "request", k)
 			}
 		}
