@@ -32,6 +32,7 @@ for b in etcd kube-apiserver lvmd google-lvmd lvm-agent guest.test; do ln "$bin/
 share=$CACHE/run/bench-results
 rm -rf "$share" && mkdir -p "$share"
 
+load0=$(cut -d' ' -f1-3 /proc/loadavg)
 rc=0
 "$here/run.sh" --mem 3G --cpus 2 --timeout "$timeout" --files "$files" --share "$share" -- \
   bash /opt/lvm-agent/guest/bench.sh --bin /opt/lvm-agent -- "$@" || rc=$?
@@ -42,5 +43,7 @@ else
   echo "bench-lvm: no table (the guest run failed; see above)"
   [ $rc -ne 0 ] || rc=1
 fi
+# TCG runs several times slower on a busy host; the ratios suffer less than the times.
+echo "bench-lvm: host load before: $load0, after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "bench-lvm: total $((SECONDS - t0)) s, exit $rc"
 exit $rc
