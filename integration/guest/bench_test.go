@@ -45,9 +45,6 @@ var flagBenchSample = flag.Bool("guest.bench-sample", true, "TestBench: sample l
 // lvmd ran per request (sampled from /proc), the informer latency, and the
 // agent's own view of its operations (its /metrics).
 func TestBench(t *testing.T) {
-	if !*flagBench {
-		t.Skip("run with -guest.bench (scripts/vm/bench-lvm.sh)")
-	}
 	n, burst := *flagBenchN, *flagBenchBurst
 	ctx := context.Background()
 	const dc = "thick"

@@ -40,7 +40,6 @@ import (
 
 var (
 	flagStartTimeout = flag.Duration("guest.start-timeout", 480*time.Second, "how long etcd + kube-apiserver may take to be ready (TCG: 70-110 s, 235 s seen on a busy host)")
-	flagBench        = flag.Bool("guest.bench", false, "run TestBench (scripts/vm/bench-lvm.sh)")
 	flagBenchN       = flag.Int("guest.bench-n", 9, "TestBench: samples per sequential measurement")
 	flagBenchBurst   = flag.Int("guest.bench-burst", 50, "TestBench: creates in the burst")
 )

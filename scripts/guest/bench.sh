@@ -15,4 +15,4 @@ while [ $# -gt 0 ]; do
     *) sed -n '2,8s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2 ;;
   esac
 done
-exec "$here/suite.sh" --bin "$bin" --no-devmapper -- -test.run '^TestBench$' -test.timeout 55m -guest.bench "$@"
+exec "$here/suite.sh" --bin "$bin" --no-devmapper -- -test.run '^TestBench$' -test.timeout 55m "$@"
