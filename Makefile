@@ -5,7 +5,7 @@ export CGO_ENABLED := 0
 CACHE ?= $(or $(LVM_AGENT_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/lvm-agent)
 export LVM_AGENT_CACHE := $(CACHE)
 
-.PHONY: all build test test-unit test-integration test-guest demo bench-lvm bench-scale chaos fuzz vet clean
+.PHONY: all build test test-unit test-integration test-guest demo bench-lvm bench-dm bench-scale chaos fuzz vet clean
 
 all: build
 
@@ -33,8 +33,13 @@ test-guest:
 demo:
 	scripts/vm/demo.sh
 
+# In one guest each: what the agent adds to lvmd; what reading the state of
+# 200 LVs costs through lvmbackend/devmapper vs lvs and dmsetup.
 bench-lvm:
-	scripts/vm/bench-lvm.sh
+	scripts/vm/bench.sh lvm
+
+bench-dm:
+	scripts/vm/bench.sh dm
 
 # Scale: the agent's costs with 0/10k/50k foreign PVCs+PVs, per watch mode.
 bench-scale:

@@ -3,9 +3,15 @@
 package guest
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -38,6 +44,7 @@ type testCase struct {
 var cases = []testCase{
 	{"create-delete-thick", needNothing, caseCreateDelete(false)},
 	{"create-delete-thin", needThin, caseCreateDelete(true)},
+	{"volume-status", needNothing, caseVolumeStatus},
 	{"re-request", needNothing, caseReRequest},
 	{"vg-full", needNothing, caseVGFull},
 	{"unknown-vg", needNothing, caseUnknownVG},
@@ -322,4 +329,73 @@ func sortedAppend(s []string, v ...string) []string {
 	out := append(slices.Clone(s), v...)
 	slices.Sort(out)
 	return out
+}
+
+// "lvm-agent volume status" on the node shows each LV's device as
+// device-mapper has it: active, and for a thin LV the pool space it maps;
+// the thin pool's fill agrees with lvs.
+func caseVolumeStatus(t *testing.T, s *stack) {
+	vgs := []volumeGroup{s.thick}
+	if s.thin != nil {
+		vgs = append(vgs, *s.thin)
+	}
+	rows := map[string]volumeGroup{}
+	for i, vg := range vgs {
+		name := s.lvName("status", fmt.Sprint(i))
+		removeLeftover(t, vg.vg, name)
+		pvc := s.pvc(t, name)
+		require.NoError(t, s.create(pvc, vg, name, 8<<20))
+		rows["pvc/"+pvc.Namespace+"/"+pvc.Name] = vg
+		t.Cleanup(func() {
+			pv := s.pv(t, name, pvc.UID)
+			assert.NoError(t, s.delete(pv, vg, name))
+		})
+		if vg.pool != "" {
+			writeLV(t, "/dev/"+vg.vg+"/"+name, 4<<20)
+		}
+	}
+
+	args := append([]string{"volume", "status", "--kubeconfig", env.cp.Kubeconfig, "--node", s.node,
+		"--device-classes", s.classes}, s.args...)
+	cmd := exec.Command(env.agentBin, args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	t.Logf("lvm-agent %s:\n%s%s", strings.Join(args, " "), out, stderr.String())
+	require.NoError(t, err, "exit code 0: no problem on the node")
+	lines := map[string]string{}
+	for _, l := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(l); len(f) > 0 {
+			lines[f[0]] = l
+		}
+	}
+	for row, vg := range rows {
+		line := lines[row]
+		require.NotEmpty(t, line, "no row %s", row)
+		assert.Contains(t, line, " ok", row)
+		if vg.pool == "" {
+			assert.Regexp(t, ` active +ok`, line, row)
+			continue
+		}
+		assert.Contains(t, line, " active, 4Mi mapped in "+vg.vg+"/"+vg.pool+" ", row)
+		pool := regexp.MustCompile(`(?m)^thin pool ` + vg.vg + `/` + vg.pool + ` .*\(([0-9.]+)%\), metadata .* mode rw$`).FindStringSubmatch(string(out))
+		require.NotNil(t, pool, "no healthy line for the pool %s/%s", vg.vg, vg.pool)
+		lvs, err := lvm("lvs", "--noheadings", "-o", "data_percent", vg.vg+"/"+vg.pool)
+		require.NoError(t, err)
+		ours, _ := strconv.ParseFloat(pool[1], 64)
+		theirs, err := strconv.ParseFloat(strings.TrimSpace(string(lvs)), 64)
+		require.NoError(t, err, "lvs data_percent %q", lvs)
+		assert.InDelta(t, theirs, ours, 0.011, "data used: lvs says %v%%, status %v%%", theirs, ours)
+	}
+	assert.Contains(t, string(out), ", 0 unhealthy thin pools, 0 other problems")
+}
+
+// writeLV writes n bytes at the start of a block device and syncs them.
+func writeLV(t *testing.T, dev string, n int) {
+	f, err := os.OpenFile(dev, os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = f.Write(bytes.Repeat([]byte{0x5a}, n))
+	require.NoError(t, err)
+	require.NoError(t, f.Sync())
+	require.NoError(t, f.Close())
 }

@@ -53,6 +53,10 @@ type stack struct {
 	args    []string
 	thick   volumeGroup
 	thin    *volumeGroup // nil: the dialect has no thin volumes
+	// classes are the stack's lvmd device classes. (google/lvmd serves
+	// every VG but cannot list vg0: its thin pool's hidden LV defeats the
+	// daemon's parser.)
+	classes string
 	// lvmdCtl is start-lvmd.sh's verb runner when the suite controls the
 	// daemon (topolvm's lvmd); nil otherwise.
 	lvmdCtl func(verb string) error
@@ -65,6 +69,7 @@ func newTopolvmStack(t *testing.T) *stack {
 	s := &stack{name: "topolvm", short: "t", node: "it-node-topolvm", metrics: "127.0.0.1:19810", parent: t,
 		thick:   volumeGroup{spec: topolvmVG, vg: topolvmVG},
 		thin:    &volumeGroup{spec: "thin", vg: topolvmVG, pool: thinPool},
+		classes: "thick,thin",
 		lvmdCtl: func(verb string) error { return script("start-lvmd.sh", verb) },
 	}
 	// The spec's "vg0" maps to the thick device class; "thin" is the thin
@@ -75,7 +80,7 @@ func newTopolvmStack(t *testing.T) *stack {
 
 func newGoogleStack(t *testing.T) *stack {
 	s := &stack{name: "google-lvmd", short: "g", node: "it-node-google", metrics: "127.0.0.1:19811", parent: t,
-		thick: volumeGroup{spec: googleVG, vg: googleVG},
+		thick: volumeGroup{spec: googleVG, vg: googleVG}, classes: googleVG,
 	}
 	s.args = []string{"--backend", "google-lvmd", "--lvmd-address", env.googleAddr}
 	return s

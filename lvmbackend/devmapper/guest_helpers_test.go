@@ -2,11 +2,12 @@
 
 package devmapper
 
-// Fixtures and dmsetup plumbing for guest_test.go.
+// Fixtures and dmsetup/lvm plumbing for the guest tests and benchmark.
 
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -17,8 +18,28 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
+
+// openGuest opens the control node after checking for the tools the caller
+// forks. Either missing fails the run: inside the VM that is a broken setup,
+// and a skip would read as a pass.
+func openGuest(tb testing.TB, tools ...string) *Control {
+	tb.Helper()
+	if _, err := os.Stat(DefaultControlPath); err != nil {
+		tb.Fatalf("guest tests need device-mapper: %v (is dm-mod loaded? modprobe dm-mod dm-thin-pool)", err)
+	}
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			tb.Fatalf("guest tests need %s: %v", tool, err)
+		}
+	}
+	ctl, err := Open("")
+	require.NoError(tb, err, "Open(%q)", DefaultControlPath)
+	tb.Cleanup(func() { assert.NoError(tb, ctl.Close()) })
+	return ctl
+}
 
 // fixtures are the devices the guest test creates and removes.
 type fixtures struct {
@@ -105,7 +126,7 @@ func newFixtures(t *testing.T, ctl *Control) *fixtures {
 	return f
 }
 
-func loopDevice(t *testing.T, path string, size int64) string {
+func loopDevice(t testing.TB, path string, size int64) string {
 	fh, err := os.Create(path)
 	require.NoError(t, err)
 	require.NoError(t, fh.Truncate(size))
@@ -121,7 +142,7 @@ func loopDevice(t *testing.T, path string, size int64) string {
 
 // dmsetup runs dmsetup with stdin and returns its stdout, failing the test
 // on error.
-func dmsetup(t *testing.T, stdin string, args ...string) string {
+func dmsetup(t testing.TB, stdin string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command("dmsetup", args...)
 	if stdin != "" {
@@ -134,7 +155,7 @@ func dmsetup(t *testing.T, stdin string, args ...string) string {
 	return string(out)
 }
 
-func dmsetupCleanup(t *testing.T, args ...string) {
+func dmsetupCleanup(t testing.TB, args ...string) {
 	if out, err := exec.Command("dmsetup", args...).CombinedOutput(); err != nil {
 		t.Logf("cleanup: dmsetup %s: %v: %s", strings.Join(args, " "), err, out)
 	}
@@ -224,4 +245,79 @@ func compareTargets(t *testing.T, query func(context.Context, string) (DeviceSta
 		return errors.New(name + ": dmsetup " + dmArgs[0] + ":\n" + strings.Join(want, "\n") + "\nours:\n" + strings.Join(got, "\n"))
 	}
 	return nil
+}
+
+func infoRowOf(i Info) infoRow {
+	return infoRow{
+		major: i.Major, minor: i.Minor, attr: i.Attr(), open: i.OpenCount,
+		segments: i.TargetCount, events: i.EventNr, uuid: i.UUID,
+	}
+}
+
+// lvm runs `lvm ARGS...` and returns its stdout, failing on error. With no
+// args it runs the commands in stdin, one a line, in a single lvm shell,
+// which saves a process start and device scan per command; the caller
+// checks the outcome (with lvs), as the shell does not stop at a failure.
+func lvm(tb testing.TB, stdin string, args ...string) string {
+	tb.Helper()
+	cmd := exec.Command("lvm", args...)
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	require.NoError(tb, err, "lvm %s: %s", strings.Join(args, " "), stderr.String())
+	return string(out)
+}
+
+// newVG creates volume group vg on a sparse loop file of size bytes. At
+// cleanup it removes the group with all its LVs, then the loop device.
+func newVG(tb testing.TB, vg string, size int64) {
+	dev := loopDevice(tb, filepath.Join(tb.TempDir(), vg+".img"), size)
+	lvm(tb, "", "vgcreate", "-y", vg, dev)
+	tb.Cleanup(func() {
+		if out, err := exec.Command("lvm", "vgremove", "-ff", vg).CombinedOutput(); err != nil {
+			tb.Logf("cleanup: lvm vgremove %s: %v: %s", vg, err, out)
+		}
+	})
+}
+
+// lvsRow is one LV of `lvs --reportformat json`, which prints every field
+// as a string ("" when it does not apply).
+type lvsRow struct {
+	Name      string `json:"lv_name"` // "[name]" for hidden LVs (with -a)
+	Segtype   string `json:"segtype"`
+	DMPath    string `json:"lv_dm_path"`
+	Major     string `json:"lv_kernel_major"` // "-1" when inactive
+	Minor     string `json:"lv_kernel_minor"`
+	Active    string `json:"lv_active"`      // "active"
+	Suspended string `json:"lv_suspended"`   // "suspended"
+	Open      string `json:"lv_device_open"` // "open"
+	Attr      string `json:"lv_attr"`
+	Data      string `json:"data_percent"`
+	Metadata  string `json:"metadata_percent"`
+	Health    string `json:"lv_health_status"`
+	WhenFull  string `json:"lv_when_full"`
+	LVUUID    string `json:"lv_uuid"`
+	VGUUID    string `json:"vg_uuid"`
+}
+
+// lvsFields asks for every field of lvsRow.
+const lvsFields = "lv_name,segtype,lv_dm_path,lv_kernel_major,lv_kernel_minor,lv_active,lv_suspended," +
+	"lv_device_open,lv_attr,data_percent,metadata_percent,lv_health_status,lv_when_full,lv_uuid,vg_uuid"
+
+func parseLVS(out string) ([]lvsRow, error) {
+	var r struct {
+		Report []struct {
+			LV []lvsRow `json:"lv"`
+		} `json:"report"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		return nil, fmt.Errorf("lvs report: %w", err)
+	}
+	if len(r.Report) != 1 {
+		return nil, fmt.Errorf("lvs report: %d reports, want 1", len(r.Report))
+	}
+	return r.Report[0].LV, nil
 }

@@ -17,8 +17,6 @@ package devmapper
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -28,18 +26,7 @@ import (
 )
 
 func TestGuest(t *testing.T) {
-	if _, err := os.Stat(DefaultControlPath); err != nil {
-		t.Fatalf("guest tests need device-mapper: %v (is dm-mod loaded? modprobe dm-mod dm-thin-pool)", err)
-	}
-	for _, tool := range []string{"dmsetup", "losetup"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("guest tests need %s: %v", tool, err)
-		}
-	}
-	ctl, err := Open("")
-	require.NoError(t, err, "Open(%q)", DefaultControlPath)
-	t.Cleanup(func() { assert.NoError(t, ctl.Close()) })
-
+	ctl := openGuest(t, "dmsetup", "losetup")
 	fx := newFixtures(t, ctl)
 	ctx := context.Background()
 
@@ -81,11 +68,7 @@ func TestGuest(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				got := infoRow{
-					major: info.Major, minor: info.Minor, attr: info.Attr(), open: info.OpenCount,
-					segments: info.TargetCount, events: info.EventNr, uuid: info.UUID,
-				}
-				if got != row {
+				if got := infoRowOf(info); got != row {
 					return fmt.Errorf("%s: Info %+v, dmsetup %+v", d.Name, got, row)
 				}
 				if d.EventNrKnown && d.EventNr != row.events {

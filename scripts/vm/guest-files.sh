@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds everything the test guest runs into one directory and prints it:
-# scripts/vm/{suite,demo,bench-lvm}.sh copy a selection of it into the guest
+# scripts/vm/{suite,demo,bench}.sh copy a selection of it into the guest
 # (run.sh --files), and the Vagrant VM runs it from the host's cache (see the
 # Vagrantfile). All static (CGO_ENABLED=0), all cached:
 #   etcd, kube-apiserver   scripts/kube-assets.sh (cold: 8-20 min)

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# `make bench-lvm` and `make bench-dm`: one benchmark in one fresh guest.
+#   lvm  what the agent adds to lvmd (integration/guest/bench_test.go): medians
+#        of (a) raw lvmd CreateLV / RemoveLV, (b) the same through the agent
+#        (request written -> created / deleted seen), (c) a burst of creates
+#        (all written -> all created), the ratios (b)/(a) and (c)/(n x a)
+#        against their goals (1.10, 1.05), and where the time goes. Table:
+#        $LVM_AGENT_CACHE/run/bench-results/results/bench.txt.
+#   dm   reading the state of 200 LVs (100 linear, a thin pool, 99 thin)
+#        through lvmbackend/devmapper's ioctls vs one lvs vs one dmsetup
+#        status (lvmbackend/devmapper/bench_guest_test.go). Table:
+#        $LVM_AGENT_CACHE/run/bench-dm-results/results/bench-dm.txt.
+# The table is printed at the end, with the host's load.
+#
+#   scripts/vm/bench.sh lvm|dm [--timeout SECONDS] [-- ARGS...]
+#       lvm: guest test flags, e.g.  -- -guest.bench-n 9 -guest.bench-burst 20
+#       dm:  go test flags, e.g.     -- -test.benchtime 10s
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+CACHE=${LVM_AGENT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lvm-agent}
+usage() { sed -n '2,18s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2; }
+kind=${1:-}
+# build: the Go binaries guest-files.sh builds; bins: all the guest gets.
+case $kind in
+  lvm) build=(lvm-agent guest.test) bins=(etcd kube-apiserver lvmd google-lvmd "${build[@]}")
+       timeout=3600 mem=3G share=$CACHE/run/bench-results table=bench.txt ;;
+  dm) build=(devmapper.test) bins=("${build[@]}")
+      timeout=1200 mem=2G share=$CACHE/run/bench-dm-results table=bench-dm.txt ;;
+  *) usage ;;
+esac
+shift
+while [ $# -gt 0 ]; do
+  case $1 in
+    --timeout) timeout=$2; shift 2 ;;
+    --) shift; break ;;
+    *) usage ;;
+  esac
+done
+t0=$SECONDS
+
+bin=$("$here/guest-files.sh" "${build[@]}")
+mkdir -p "$CACHE/run"
+files=$(mktemp -d "$CACHE/run/bench-files.XXXXXX")
+trap 'rm -rf "$files"' EXIT
+for b in "${bins[@]}"; do ln "$bin/$b" "$files/$b"; done
+rm -rf "$share" && mkdir -p "$share"
+
+load0=$(cut -d' ' -f1-3 /proc/loadavg)
+rc=0
+"$here/run.sh" --mem "$mem" --cpus 2 --timeout "$timeout" --files "$files" --share "$share" -- \
+  bash /opt/lvm-agent/guest/bench.sh --bin /opt/lvm-agent "$kind" -- "$@" || rc=$?
+echo
+if [ -f "$share/results/$table" ]; then
+  cat "$share/results/$table"
+else
+  echo "bench-$kind: no table (the guest run failed; see above)"
+  [ $rc -ne 0 ] || rc=1
+fi
+# TCG runs several times slower on a busy host; the ratios suffer less than the times.
+echo "bench-$kind: host load before: $load0, after: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "bench-$kind: total $((SECONDS - t0)) s, exit $rc"
+exit $rc
