@@ -50,7 +50,10 @@ func ParseCreateSpec(s string) (CreateSpec, error) {
 		return spec, err
 	}
 	size, ok := lvmbackend.RoundSize(spec.Size)
-	if !ok {
+	switch {
+	case !ok && spec.Size > 0:
+		return spec, invalid("size %d is too large", spec.Size)
+	case !ok:
 		return spec, invalid("size %d must be a positive number of bytes", spec.Size)
 	}
 	spec.Size = size

@@ -24,7 +24,7 @@ func TestParseCreateSpec(t *testing.T) {
 		{in: `{"volumeGroup":"vg1","name":"a","size":"1Gi"}`, wantErr: "not valid JSON"},
 		{in: `{"volumeGroup":"vg1","name":"a","size":1.5}`, wantErr: "not valid JSON"},
 		{in: `{"volumeGroup":"vg1","name":"a","size":99999999999999999999}`, wantErr: "not valid JSON"},
-		{in: `{"volumeGroup":"vg1","name":"a","size":9223372036854775807}`, wantErr: "positive number"},
+		{in: `{"volumeGroup":"vg1","name":"a","size":9223372036854775807}`, wantErr: "too large"},
 		{in: `{"volumeGroup":"vg1","name":"a","size":0}`, wantErr: "positive number"},
 		{in: `{"volumeGroup":"vg1","name":"a","size":-5}`, wantErr: "positive number"},
 		{in: `{"name":"a","size":1}`, wantErr: "volumeGroup is missing"},

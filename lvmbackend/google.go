@@ -208,7 +208,7 @@ func (g *GoogleLVMD) CreateVolume(ctx context.Context, req CreateRequest) (*Volu
 			// "the rounded size does not fit" for a linear LV.
 			return nil, g.probe(ctx, e, req.DeviceClass, func(vg googleVG) error {
 				if vg.free < uint64(req.SizeBytes) {
-					return ErrInsufficientCapacity
+					return fmt.Errorf("%w: volume group %s has %d bytes free, %d asked", ErrInsufficientCapacity, vg.name, vg.free, req.SizeBytes)
 				}
 				return nil // most likely the name exists; left untyped
 			})
@@ -314,7 +314,8 @@ func (g *GoogleLVMD) volumeGroups(ctx context.Context) ([]googleVG, error) {
 
 // probe settles a bare lvm failure e on volume group vg by listing the volume
 // groups: a VG that is not listed is an unknown device class; otherwise kind
-// says what the failure means. When the probe itself fails, e is returned as
+// says what the failure means (a sentinel, or an error wrapping one whose
+// text then joins the cause). When the probe itself fails, e is returned as
 // it is (untyped: transient), or as unavailable when the daemon went away.
 func (g *GoogleLVMD) probe(ctx context.Context, e *Error, vg string, kind func(googleVG) error) error {
 	vgs, err := g.volumeGroups(ctx)
@@ -326,7 +327,11 @@ func (g *GoogleLVMD) probe(ctx context.Context, e *Error, vg string, kind func(g
 	}
 	for _, v := range vgs {
 		if v.name == vg {
-			return &Error{Op: e.Op, Kind: kind(v), Cause: e.Cause}
+			k := kind(v)
+			if sentinel := errors.Unwrap(k); sentinel != nil {
+				return &Error{Op: e.Op, Kind: sentinel, Cause: fmt.Errorf("%w (%v)", e.Cause, k)}
+			}
+			return &Error{Op: e.Op, Kind: k, Cause: e.Cause}
 		}
 	}
 	return &Error{Op: e.Op, Kind: ErrUnknownDeviceClass, Cause: fmt.Errorf("%w (volume group %q is not listed by vgs)", e.Cause, vg)}

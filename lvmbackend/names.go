@@ -3,6 +3,7 @@ package lvmbackend
 import (
 	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
 // SizeUnit is lvmd's allocation unit: topolvm's lvmd rejects sizes that are
@@ -38,10 +39,8 @@ func ValidateName(name string) error {
 	case strings.HasPrefix(name, "snapshot") || strings.HasPrefix(name, "pvmove"):
 		return fmt.Errorf("LV name %q must not start with %q or %q", name, "snapshot", "pvmove")
 	}
-	for i := 0; i < len(name); i++ {
-		if !nameChar(name[i]) {
-			return fmt.Errorf("LV name %q has the character %q: only letters, digits and + _ . - are allowed", name, name[i])
-		}
+	if r, ok := badRune(name, ""); ok {
+		return fmt.Errorf("LV name %q has the character %q: only letters, digits and + _ . - are allowed", name, r)
 	}
 	for _, p := range reservedParts {
 		if strings.Contains(name, p) {
@@ -53,18 +52,36 @@ func ValidateName(name string) error {
 
 // ValidateTag checks an LVM tag: 1-1024 bytes of letters, digits and _ + . - / = ! : # &.
 func ValidateTag(tag string) error {
-	if tag == "" || len(tag) > 1024 {
-		return fmt.Errorf("LVM tag %q must be 1 to 1024 bytes", tag)
+	switch {
+	case tag == "" || len(tag) > 1024:
+		return fmt.Errorf("LVM tag must be 1 to 1024 bytes, not %d: %s", len(tag), quoteShort(tag))
+	case tag[0] == '-':
+		return fmt.Errorf("LVM tag must not start with '-': %s", quoteShort(tag))
 	}
-	if tag[0] == '-' {
-		return fmt.Errorf("LVM tag %q must not start with '-'", tag)
-	}
-	for i := 0; i < len(tag); i++ {
-		if !nameChar(tag[i]) && !strings.ContainsRune("/=!:#&", rune(tag[i])) {
-			return fmt.Errorf("LVM tag %q has the character %q", tag, tag[i])
-		}
+	if r, ok := badRune(tag, "/=!:#&"); ok {
+		return fmt.Errorf("LVM tag has the character %q (allowed: letters, digits and + _ . - / = ! : # &): %s", r, quoteShort(tag))
 	}
 	return nil
+}
+
+// badRune returns the first rune of s that is neither a name character nor
+// in extra; an invalid UTF-8 byte is returned as utf8.RuneError.
+func badRune(s, extra string) (rune, bool) {
+	for _, r := range s {
+		if r >= utf8.RuneSelf || !nameChar(byte(r)) && !strings.ContainsRune(extra, r) {
+			return r, true
+		}
+	}
+	return 0, false
+}
+
+// quoteShort quotes s, cut to its first 64 bytes: an error on an object
+// should name the bad value, not repeat a kilobyte of it.
+func quoteShort(s string) string {
+	if len(s) <= 64 {
+		return fmt.Sprintf("%q", s)
+	}
+	return fmt.Sprintf("%q... (%d bytes)", s[:64], len(s))
 }
 
 func nameChar(c byte) bool {
