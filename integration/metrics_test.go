@@ -1,14 +1,11 @@
 package integration
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -108,40 +105,9 @@ func waitHTTP(t *testing.T, addr, path string, want int) {
 // text format prints it: name{label="value",...} with labels sorted.
 func scrape(t *testing.T, addr string) map[string]float64 {
 	t.Helper()
-	m, err := readMetrics(addr)
+	m, err := harness.ReadMetrics(addr)
 	require.NoError(t, err)
 	return m
-}
-
-func readMetrics(addr string) (map[string]float64, error) {
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
-	}
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if i <= 0 {
-			return nil, fmt.Errorf("metrics line %q", line)
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			return nil, fmt.Errorf("metrics line %q: %w", line, err)
-		}
-		out[line[:i]] = v
-	}
-	return out, sc.Err()
 }
 
 func waitMetric(t *testing.T, addr, series string, want float64) map[string]float64 {
@@ -154,7 +120,7 @@ func waitMetricFunc(t *testing.T, addr, series string, ok func(float64) bool) ma
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		m, err := readMetrics(addr)
+		m, err := harness.ReadMetrics(addr)
 		if err == nil {
 			if v, found := m[series]; found && ok(v) {
 				return m

@@ -399,6 +399,18 @@ func (r *unlabelled) key(obj runtime.Object) string {
 	return r.prefix + m.GetNamespace() + "/" + m.GetName()
 }
 
+// objects points into a list's items.
+func objects[T any, P interface {
+	*T
+	runtime.Object
+}](items []T) []runtime.Object {
+	out := make([]runtime.Object, len(items))
+	for i := range items {
+		out[i] = P(&items[i])
+	}
+	return out
+}
+
 func pvcs(c kubernetes.Interface, n Node) *unlabelled {
 	return &unlabelled{name: "persistentvolumeclaims", prefix: "pvc/",
 		list: func(ctx context.Context, o metav1.ListOptions) ([]runtime.Object, metav1.ListMeta, error) {
@@ -406,11 +418,7 @@ func pvcs(c kubernetes.Interface, n Node) *unlabelled {
 			if err != nil {
 				return nil, metav1.ListMeta{}, err
 			}
-			items := make([]runtime.Object, len(l.Items))
-			for i := range l.Items {
-				items[i] = &l.Items[i]
-			}
-			return items, l.ListMeta, nil
+			return objects(l.Items), l.ListMeta, nil
 		},
 		watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			return c.CoreV1().PersistentVolumeClaims("").Watch(ctx, o)
@@ -436,11 +444,7 @@ func pvs(c kubernetes.Interface, n Node) *unlabelled {
 			if err != nil {
 				return nil, metav1.ListMeta{}, err
 			}
-			items := make([]runtime.Object, len(l.Items))
-			for i := range l.Items {
-				items[i] = &l.Items[i]
-			}
-			return items, l.ListMeta, nil
+			return objects(l.Items), l.ListMeta, nil
 		},
 		watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			return c.CoreV1().PersistentVolumes().Watch(ctx, o)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -127,34 +126,8 @@ func (a *agentProc) stats() (procStats, error) {
 type metrics map[string]float64
 
 func (a *agentProc) scrape() (metrics, error) {
-	c := http.Client{Timeout: 10 * time.Second}
-	resp, err := c.Get("http://" + a.addr + "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
-	}
-	out := metrics{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if i <= 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			continue
-		}
-		out[line[:i]] = v
-	}
-	return out, sc.Err()
+	m, err := harness.ReadMetrics(a.addr)
+	return metrics(m), err
 }
 
 // waitMetric polls /metrics until the sum of name reaches want.

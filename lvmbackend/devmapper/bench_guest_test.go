@@ -31,8 +31,9 @@ func BenchmarkDeviceState(b *testing.B) {
 	vg := fmt.Sprintf("dmbench%d", os.Getpid())
 	t0 := time.Now()
 	newVG(b, vg, 1<<30)
-	// One lvm shell for all the LVs; the linear ones inactive and not
-	// zeroed, which needs no device, then one activation for the lot.
+	// All the LVs from one lvm shell, created inactive (-an, which for a
+	// linear LV needs -Zn: there is no device to zero through), then one
+	// vgchange activates them. The pool stays active, as thin creates need.
 	var script strings.Builder
 	lvNames := []string{"pool"}
 	for i := range benchLinear {

@@ -256,8 +256,8 @@ func infoRowOf(i Info) infoRow {
 
 // lvm runs `lvm ARGS...` and returns its stdout, failing on error. With no
 // args it runs the commands in stdin, one a line, in a single lvm shell,
-// which saves a process start and device scan per command; the caller
-// checks the outcome (with lvs), as the shell does not stop at a failure.
+// which saves a process start and device scan per command; the shell goes
+// on after a failed command, so the caller checks the outcome.
 func lvm(tb testing.TB, stdin string, args ...string) string {
 	tb.Helper()
 	cmd := exec.Command("lvm", args...)
