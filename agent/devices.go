@@ -15,11 +15,20 @@ import (
 // Devices gives the agent its own eyes on the kernel's device-mapper: lvmd
 // says an LV was made; the kernel says whether its device is really there.
 type Devices struct {
-	dm       *devmapper.Control
-	dataUsed *prometheus.GaugeVec
-	metaUsed *prometheus.GaugeVec
-	state    *prometheus.GaugeVec
+	dm *devmapper.Control
 }
+
+// The device metrics, read from device-mapper at each scrape.
+var (
+	descDataUsed = prometheus.NewDesc("lvm_agent_thin_pool_data_used_ratio",
+		"Used fraction of each thin pool's data space, read from device-mapper.", []string{"device"}, nil)
+	descMetaUsed = prometheus.NewDesc("lvm_agent_thin_pool_metadata_used_ratio",
+		"Used fraction of each thin pool's metadata space, read from device-mapper.", []string{"device"}, nil)
+	descState = prometheus.NewDesc("lvm_agent_dm_device_state",
+		"1 for the state each device-mapper device is in (active, suspended, inactive; thin pools also ro, out_of_data_space, needs_check, failed).", []string{"device", "state"}, nil)
+	descReadFailed = prometheus.NewDesc("lvm_agent_dm_read_failed",
+		"1 when reading device-mapper for this scrape failed (the device metrics are then missing).", nil, nil)
+)
 
 // OpenDevices opens the device-mapper control node. Where it is missing or
 // not accessible (an unprivileged container, a host without device-mapper)
@@ -35,18 +44,11 @@ func OpenDevices(path string, reg prometheus.Registerer) *Devices {
 }
 
 // NewDevices wraps an open control node; reg, when not nil, gets the
-// device metrics that Run refreshes.
+// device metrics, read at each scrape.
 func NewDevices(dm *devmapper.Control, reg prometheus.Registerer) *Devices {
-	d := &Devices{dm: dm,
-		dataUsed: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "lvm_agent_thin_pool_data_used_ratio",
-			Help: "Used fraction of each thin pool's data space, read from device-mapper."}, []string{"device"}),
-		metaUsed: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "lvm_agent_thin_pool_metadata_used_ratio",
-			Help: "Used fraction of each thin pool's metadata space, read from device-mapper."}, []string{"device"}),
-		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "lvm_agent_dm_device_state",
-			Help: "1 for the state each device-mapper device is in (active, suspended, inactive; thin pools also read_only, out_of_data_space, needs_check, failed)."}, []string{"device", "state"}),
-	}
+	d := &Devices{dm: dm}
 	if reg != nil {
-		reg.MustRegister(d.dataUsed, d.metaUsed, d.state)
+		reg.MustRegister(d)
 	}
 	return d
 }
@@ -108,41 +110,37 @@ func (d *Devices) gone(ctx context.Context, name string) bool {
 	return err != nil
 }
 
-// Run refreshes the device metrics every interval until ctx ends.
-func (d *Devices) Run(ctx context.Context, interval time.Duration) {
-	if d == nil {
-		return
-	}
-	for {
-		d.refresh(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(interval):
-		}
-	}
+// Describe implements prometheus.Collector.
+func (d *Devices) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descDataUsed
+	ch <- descMetaUsed
+	ch <- descState
+	ch <- descReadFailed
 }
 
-func (d *Devices) refresh(ctx context.Context) {
+// Collect implements prometheus.Collector: one Snapshot per scrape, so the
+// figures are as fresh as the scrape (a few ioctls per device).
+func (d *Devices) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	snap, err := d.Snapshot(ctx)
 	if err != nil {
 		klog.V(2).InfoS("Device-mapper status failed", "err", err)
+		ch <- prometheus.MustNewConstMetric(descReadFailed, prometheus.GaugeValue, 1)
 		return
 	}
-	d.dataUsed.Reset()
-	d.metaUsed.Reset()
-	d.state.Reset()
+	ch <- prometheus.MustNewConstMetric(descReadFailed, prometheus.GaugeValue, 0)
 	for _, s := range snap {
-		d.state.WithLabelValues(s.Name, s.State).Set(1)
+		ch <- prometheus.MustNewConstMetric(descState, prometheus.GaugeValue, 1, s.Name, s.State)
 		if s.ThinPool == nil {
 			continue
 		}
 		for _, p := range s.PoolProblems() {
-			d.state.WithLabelValues(s.Name, p).Set(1)
+			ch <- prometheus.MustNewConstMetric(descState, prometheus.GaugeValue, 1, s.Name, p)
 		}
 		if s.ThinPool.State == devmapper.StateOK {
-			d.dataUsed.WithLabelValues(s.Name).Set(s.ThinPool.DataUsedFraction())
-			d.metaUsed.WithLabelValues(s.Name).Set(s.ThinPool.MetadataUsedFraction())
+			ch <- prometheus.MustNewConstMetric(descDataUsed, prometheus.GaugeValue, s.ThinPool.DataUsedFraction(), s.Name)
+			ch <- prometheus.MustNewConstMetric(descMetaUsed, prometheus.GaugeValue, s.ThinPool.MetadataUsedFraction(), s.Name)
 		}
 	}
 }

@@ -76,10 +76,10 @@ func TestHostileSpecs(t *testing.T) {
 		// A size LVM can express but no VG holds: a capacity answer, so that
 		// a scheduler may try elsewhere.
 		{"4 EiB", js("vg1", "lv", fmt.Sprint(int64(1)<<62)), kube.ReasonInsufficientCapacity, `space`},
-		{"tag with a space", `{"volumeGroup":"vg1","name":"lv","size":4096,"tags":["a b"]}`, kube.ReasonInvalidSpec, `LVM tag "a b"`},
+		{"tag with a space", `{"volumeGroup":"vg1","name":"lv","size":4096,"tags":["a b"]}`, kube.ReasonInvalidSpec, `LVM tag has the character ' '`},
 		{"option-like tag", `{"volumeGroup":"vg1","name":"lv","size":4096,"tags":["--zero"]}`, kube.ReasonInvalidSpec, `must not start with '-'`},
-		{"empty tag", `{"volumeGroup":"vg1","name":"lv","size":4096,"tags":[""]}`, kube.ReasonInvalidSpec, `LVM tag ""`},
-		{"tag of 1025 bytes", `{"volumeGroup":"vg1","name":"lv","size":4096,"tags":["` + strings.Repeat("t", 1025) + `"]}`, kube.ReasonInvalidSpec, `LVM tag`},
+		{"empty tag", `{"volumeGroup":"vg1","name":"lv","size":4096,"tags":[""]}`, kube.ReasonInvalidSpec, `LVM tag must be 1 to 1024 bytes, not 0`},
+		{"tag of 1025 bytes", `{"volumeGroup":"vg1","name":"lv","size":4096,"tags":["` + strings.Repeat("t", 1025) + `"]}`, kube.ReasonInvalidSpec, `LVM tag must be 1 to 1024 bytes, not 1025: "tttt`},
 		{"spoofed ownership tag", `{"volumeGroup":"vg1","name":"lv","size":4096,"tags":["` + agent.OwnerTag("someone") + `"]}`, kube.ReasonInvalidSpec, `ownership prefix`},
 		{"striping without an option class", `{"volumeGroup":"vg1","name":"lv","size":4096,"striping":true}`, kube.ReasonInvalidSpec, `striping`},
 		{"not JSON", `vg1/lv`, kube.ReasonInvalidSpec, `not valid JSON`},

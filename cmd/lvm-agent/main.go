@@ -137,7 +137,6 @@ func run(o options) error {
 	var devices *agent.Devices
 	if o.dmControl != "" {
 		devices = agent.OpenDevices(o.dmControl, reg)
-		go devices.Run(ctx, 30*time.Second)
 	}
 	node := kube.Node{Name: o.nodeName, Drivers: splitList(o.drivers)}
 	inf := kube.NewInformers(client, o.nodeName, mode, kube.WithOwner(node), kube.WithMetrics(clientMetrics))

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/lvm-agent/lvm-agent/agent"
+	"github.com/lvm-agent/lvm-agent/integration/harness"
 	"github.com/lvm-agent/lvm-agent/kube"
 )
 
@@ -386,6 +387,21 @@ func caseVolumeStatus(t *testing.T, s *stack) {
 		theirs, err := strconv.ParseFloat(strings.TrimSpace(string(lvs)), 64)
 		require.NoError(t, err, "lvs data_percent %q", lvs)
 		assert.InDelta(t, theirs, ours, 0.011, "data used: lvs says %v%%, status %v%%", theirs, ours)
+
+		// The agent's metrics, read from device-mapper at the scrape.
+		m, err := harness.ReadMetrics(s.metrics)
+		require.NoError(t, err)
+		series := `lvm_agent_thin_pool_data_used_ratio{device="` + vg.vg + "-" + vg.pool + `-tpool"}`
+		require.Contains(t, m, series)
+		assert.InDelta(t, theirs/100, m[series], 0.00011, series)
+		assert.Equal(t, 1.0, m[`lvm_agent_dm_device_state{device="`+vg.vg+"-"+vg.pool+`-tpool",state="active"}`])
+		assert.Equal(t, 0.0, m["lvm_agent_dm_read_failed"])
+	}
+	for row, vg := range rows {
+		name := strings.ReplaceAll(strings.TrimPrefix(row, "pvc/"+s.ns()+"/"), "-", "--")
+		m, err := harness.ReadMetrics(s.metrics)
+		require.NoError(t, err)
+		assert.Equal(t, 1.0, m[`lvm_agent_dm_device_state{device="`+vg.vg+"-"+name+`",state="active"}`], row)
 	}
 	assert.Contains(t, string(out), ", 0 unhealthy thin pools, 0 other problems")
 }
