@@ -144,14 +144,21 @@ func loopDevice(t testing.TB, path string, size int64) string {
 // on error.
 func dmsetup(t testing.TB, stdin string, args ...string) string {
 	t.Helper()
-	cmd := exec.Command("dmsetup", args...)
+	return tool(t, "dmsetup", stdin, args...)
+}
+
+// tool runs a command with stdin and returns its stdout, failing the test
+// on error with its stderr.
+func tool(tb testing.TB, name, stdin string, args ...string) string {
+	tb.Helper()
+	cmd := exec.Command(name, args...)
 	if stdin != "" {
 		cmd.Stdin = strings.NewReader(stdin)
 	}
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
-	require.NoError(t, err, "dmsetup %s: %s", strings.Join(args, " "), stderr.String())
+	require.NoError(tb, err, "%s %s: %s", name, strings.Join(args, " "), stderr.String())
 	return string(out)
 }
 
@@ -260,15 +267,7 @@ func infoRowOf(i Info) infoRow {
 // on after a failed command, so the caller checks the outcome.
 func lvm(tb testing.TB, stdin string, args ...string) string {
 	tb.Helper()
-	cmd := exec.Command("lvm", args...)
-	if stdin != "" {
-		cmd.Stdin = strings.NewReader(stdin)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	require.NoError(tb, err, "lvm %s: %s", strings.Join(args, " "), stderr.String())
-	return string(out)
+	return tool(tb, "lvm", stdin, args...)
 }
 
 // newVG creates volume group vg on a sparse loop file of size bytes. At
