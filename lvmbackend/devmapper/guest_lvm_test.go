@@ -49,19 +49,19 @@ func TestGuestLVM(t *testing.T) {
 		}
 		return rows
 	}
-	poolStatus := func() ThinPoolStatus {
-		st, err := ctl.Status(ctx, pool)
+	params := func(name string) string { // of the device's one target
+		st, err := ctl.Status(ctx, name)
 		require.NoError(t, err)
 		require.Len(t, st.Targets, 1)
-		p, err := ParseThinPoolStatus(st.Targets[0].Params)
+		return st.Targets[0].Params
+	}
+	poolStatus := func() ThinPoolStatus {
+		p, err := ParseThinPoolStatus(params(pool))
 		require.NoError(t, err)
 		return p
 	}
 	mapped := func() uint64 {
-		st, err := ctl.Status(ctx, thin)
-		require.NoError(t, err)
-		require.Len(t, st.Targets, 1)
-		s, err := ParseThinStatus(st.Targets[0].Params)
+		s, err := ParseThinStatus(params(thin))
 		require.NoError(t, err)
 		return s.MappedSectors
 	}
