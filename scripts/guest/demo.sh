@@ -88,7 +88,7 @@ show lvm lvs -o lv_name,vg_name,lv_size,lv_attr,lv_tags vg0
 lv=$(lvm lvs --noheadings -o lv_name -S 'lv_name=~^pvc-' vg0 | tr -d ' ')
 [ -n "$lv" ]
 
-step "lvm-agent volume status: the request (API side) next to lvmd's LV"
+step "lvm-agent volume status: the request (API side) next to lvmd's LV and its device-mapper device"
 show lvm-agent volume status --node "$NODE" --device-class-map vg0=thick
 
 step "Creating PV demo-pv bound to the claim, with node affinity to $NODE (what the CSI provisioner does)"
