@@ -94,6 +94,23 @@ func BenchmarkDeviceState(b *testing.B) {
 			}
 		}
 	})
+	// What `lvm-agent volume status` reads: the same, plus each thin
+	// volume's table, to name its pool.
+	run("package+pools", func(b *testing.B) {
+		for b.Loop() {
+			all, err := ctl.StatusAll(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, d := range all {
+				if len(d.Targets) == 1 && d.Targets[0].Type == "thin" {
+					if _, err := ctl.Table(ctx, d.Info.Name); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		}
+	})
 	// One lvs for the same state: active, suspended, open, data and
 	// metadata use (lv_attr has them too, and the pool's health).
 	run("lvs", func(b *testing.B) {
@@ -126,7 +143,7 @@ func BenchmarkDeviceState(b *testing.B) {
 			b.Fatalf("dmsetup status: %d lines, want at least %d", n, len(lvNames))
 		}
 	})
-	if len(results) != 3 {
+	if len(results) != 4 {
 		return // a sub-benchmark failed
 	}
 
@@ -136,6 +153,7 @@ func BenchmarkDeviceState(b *testing.B) {
 	fmt.Fprintf(&out, "%-48s %10s %6s %11s\n", "reader", "per read", "reads", "vs package")
 	for _, row := range [][2]string{
 		{"package", "devmapper: StatusAll + parse thin(-pool)"},
+		{"package+pools", "devmapper: + table of each thin LV (its pool)"},
 		{"lvs", "lvm lvs --reportformat json (1 process)"},
 		{"dmsetup", "dmsetup status --noflush (1 process)"},
 	} {
