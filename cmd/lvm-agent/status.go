@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"sort"
@@ -219,7 +220,7 @@ func status(ctx context.Context, c kubernetes.Interface, o statusOptions) error 
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	badPools := printPools(devs, lvs)
+	badPools := printPools(os.Stdout, devs, lvs)
 	if devs == nil {
 		fmt.Printf("\ndevice state: %s\n", dmNote)
 	}
@@ -340,14 +341,17 @@ func deviceCell(devs map[agent.DevNum]agent.DeviceState, v lvmbackend.Volume) st
 	if d.Thin == nil {
 		return d.State
 	}
-	mapped := resource.NewQuantity(int64(d.Thin.MappedBytes()), resource.BinarySI).String()
-	return fmt.Sprintf("%s, %s mapped in %s", d.State, mapped, agent.LVMName(devs[d.Pool].Name))
+	cell := d.State + ", " + resource.NewQuantity(int64(d.Thin.MappedBytes()), resource.BinarySI).String() + " mapped"
+	if pool, ok := devs[d.Pool]; ok {
+		cell += " in " + agent.LVMName(pool.Name)
+	}
+	return cell
 }
 
 // printPools prints the thin pools that hold the listed LVs, with their
 // fill levels, and returns how many are unhealthy (failed, read-only, out of
 // data space, needing a check).
-func printPools(devs map[agent.DevNum]agent.DeviceState, lvs map[string]lvmbackend.Volume) int {
+func printPools(w io.Writer, devs map[agent.DevNum]agent.DeviceState, lvs map[string]lvmbackend.Volume) int {
 	used := map[agent.DevNum]int{}
 	for _, v := range lvs {
 		if d, ok := devs[devNum(v)]; ok && d.Thin != nil {
@@ -373,10 +377,10 @@ func printPools(devs map[agent.DevNum]agent.DeviceState, lvs map[string]lvmbacke
 	}
 	sort.Strings(lines)
 	if len(lines) > 0 {
-		fmt.Println()
+		fmt.Fprintln(w)
 	}
 	for _, l := range lines {
-		fmt.Println(l)
+		fmt.Fprintln(w, l)
 	}
 	return bad
 }
