@@ -3,12 +3,9 @@
 package guest
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -269,25 +266,11 @@ func (s *sampler) stop() []lvmRun { close(s.stopc); return <-s.done }
 
 type metrics map[string]float64
 
-// scrape reads the agent's /metrics (Prometheus text format; samples only).
+// scrape reads the agent's /metrics.
 func scrape(t *testing.T, addr string) metrics {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
+	m, err := harness.ReadMetrics(addr)
 	require.NoError(t, err)
-	defer resp.Body.Close()
-	m := metrics{}
-	sc := bufio.NewScanner(io.LimitReader(resp.Body, 16<<20))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
-			m[line[:i]] = v
-		}
-	}
 	return m
 }
 

@@ -151,32 +151,10 @@ func setupLVM() error {
 	if err := script("start-lvmd.sh", "start"); err != nil {
 		return err
 	}
-	if _, err := lvm("vgs", googleVG); err != nil {
-		file := "/var/lib/lvm-agent/" + googleVG + ".img"
-		_, statErr := os.Stat(file)
-		fresh := os.IsNotExist(statErr)
-		if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
-			return err
-		}
-		if fresh {
-			if out, err := exec.Command("truncate", "-s", googleSize, file).CombinedOutput(); err != nil {
-				return fmt.Errorf("truncate: %v: %s", err, out)
-			}
-		}
-		// util-linux's losetup (the guest ships it; busybox's has no --show).
-		out, err := exec.Command("losetup", "--find", "--show", file).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("losetup --find --show %s: %v: %s", file, err, out)
-		}
-		if fresh {
-			_, err = lvm("vgcreate", "-y", googleVG, strings.TrimSpace(string(out)))
-		} else {
-			// The file survived a reboot (Vagrant), its loop device did not.
-			_, err = lvm("vgchange", "-ay", googleVG)
-		}
-		if err != nil {
-			return err
-		}
+	// google/lvmd's VG: no thin pool (the daemon cannot list a VG that has one).
+	if err := scriptEnv([]string{"LVM_VG=" + googleVG, "LVM_LOOP_FILE=/var/lib/lvm-agent/" + googleVG + ".img",
+		"LVM_LOOP_SIZE=" + googleSize, "LVM_THIN_POOL_SIZE=0"}, "setup-lvm.sh"); err != nil {
+		return err
 	}
 	for _, vg := range []string{topolvmVG, googleVG} {
 		if _, err := lvm("lvremove", "-y", "-S", `lv_name=~"^(it|bench)-"`, vg); err != nil {
@@ -231,9 +209,12 @@ func startGoogleLVMD(bin, logFile string) (*daemon, error) {
 }
 
 // script runs one of scripts/guest/*.sh.
-func script(name string, args ...string) error {
+func script(name string, args ...string) error { return scriptEnv(nil, name, args...) }
+
+// scriptEnv runs a script with extra environment variables (NAME=VALUE).
+func scriptEnv(extra []string, name string, args ...string) error {
 	cmd := exec.Command("bash", append([]string{filepath.Join(env.scripts, name)}, args...)...)
-	cmd.Env = append(os.Environ(), "LVMD_SOCKET="+env.socket)
+	cmd.Env = append(append(os.Environ(), "LVMD_SOCKET="+env.socket), extra...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)

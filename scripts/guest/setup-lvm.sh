@@ -6,14 +6,16 @@
 # coreutils or busybox, and lvm2. Running it again is harmless.
 #
 # Settings (environment):
-#   LVM_LOOP_FILE      backing file        (/var/lib/lvm-agent/vg0.img; RAM in the QEMU guest)
+#   LVM_VG             volume group        (vg0)
+#   LVM_LOOP_FILE      backing file        (/var/lib/lvm-agent/$LVM_VG.img; RAM in the QEMU guest)
 #   LVM_LOOP_SIZE      its sparse size     (2G)
-#   LVM_THIN_POOL_SIZE size of vg0/pool0   (1G; thick LVs get the rest)
+#   LVM_THIN_POOL_SIZE size of $LVM_VG/pool0 (1G; thick LVs get the rest;
+#                      0: no pool and no lvmd config, a plain VG)
 #   LVMD_CONFIG        lvmd config to write (/etc/topolvm/lvmd.yaml)
 #   LVMD_SOCKET        lvmd's socket        (/run/topolvm/lvmd.sock)
 set -euo pipefail
 
-VG=vg0
+VG=${LVM_VG:-vg0}
 POOL=pool0
 FILE=${LVM_LOOP_FILE:-/var/lib/lvm-agent/$VG.img}
 SIZE=${LVM_LOOP_SIZE:-2G}
@@ -37,11 +39,16 @@ if ! "$lvm" vgs "$VG" >/dev/null 2>&1; then
   losetup "$dev" "$FILE"
   if [ -n "$fresh" ]; then
     "$lvm" vgcreate -y "$VG" "$dev"
-    "$lvm" lvcreate -y --type thin-pool -L "$POOL_SIZE" -n "$POOL" "$VG"
+    [ "$POOL_SIZE" = 0 ] || "$lvm" lvcreate -y --type thin-pool -L "$POOL_SIZE" -n "$POOL" "$VG"
   else
     # The file survived a reboot (Vagrant) but its loop device did not.
     "$lvm" vgchange -ay "$VG"
   fi
+fi
+
+if [ "$POOL_SIZE" = 0 ]; then
+  echo "setup-lvm: $VG on $FILE ($SIZE), no thin pool"
+  exit 0
 fi
 
 # spare-gb must be set: lvmd keeps 10 GiB free per class by default, more than

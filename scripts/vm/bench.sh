@@ -21,11 +21,11 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CACHE=${LVM_AGENT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lvm-agent}
 usage() { sed -n '2,18s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2; }
 kind=${1:-}
-# build: the Go binaries guest-files.sh builds; bins: all the guest gets.
+# bins: what the guest gets.
 case $kind in
-  lvm) build=(lvm-agent guest.test) bins=(etcd kube-apiserver lvmd google-lvmd "${build[@]}")
+  lvm) bins=(etcd kube-apiserver lvmd google-lvmd lvm-agent guest.test)
        timeout=3600 mem=3G share=$CACHE/run/bench-results table=bench.txt ;;
-  dm) build=(devmapper.test) bins=("${build[@]}")
+  dm) bins=(devmapper.test)
       timeout=1200 mem=2G share=$CACHE/run/bench-dm-results table=bench-dm.txt ;;
   *) usage ;;
 esac
@@ -39,11 +39,8 @@ while [ $# -gt 0 ]; do
 done
 t0=$SECONDS
 
-bin=$("$here/guest-files.sh" "${build[@]}")
-mkdir -p "$CACHE/run"
-files=$(mktemp -d "$CACHE/run/bench-files.XXXXXX")
+files=$("$here/guest-files.sh" --stage "${bins[@]}")
 trap 'rm -rf "$files"' EXIT
-for b in "${bins[@]}"; do ln "$bin/$b" "$files/$b"; done
 rm -rf "$share" && mkdir -p "$share"
 
 load0=$(cut -d' ' -f1-3 /proc/loadavg)

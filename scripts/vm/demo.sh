@@ -9,17 +9,13 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-CACHE=${LVM_AGENT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lvm-agent}
 timeout=900
 [ "${1:-}" != --timeout ] || timeout=$2
 t0=$SECONDS
 
 echo "==> Building the guest's binaries (cached; the first build of kube-apiserver takes 8-20 min)"
-bin=$("$here/guest-files.sh" lvm-agent lvm-devcluster)
-mkdir -p "$CACHE/run"
-files=$(mktemp -d "$CACHE/run/demo-files.XXXXXX")
+files=$("$here/guest-files.sh" --stage etcd kube-apiserver lvmd lvm-agent lvm-devcluster)
 trap 'rm -rf "$files"' EXIT
-for b in etcd kube-apiserver lvmd lvm-agent lvm-devcluster; do ln "$bin/$b" "$files/$b"; done
 
 echo "==> Booting the guest (QEMU; TCG unless KVM really works here)"
 rc=0

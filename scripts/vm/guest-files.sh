@@ -10,7 +10,11 @@
 #   lvm-devcluster         the demo's control plane and fixtures (tag guest)
 #   devmapper.test         ./lvmbackend/devmapper's guest tests (tag guest)
 #
-#   guest-files.sh [NAME...]   build only these of the last four (default: all)
+#   guest-files.sh [NAME...]          build only these of the last four (default: all)
+#   guest-files.sh --stage NAME...    the same, then print a new directory (under
+#                                     $LVM_AGENT_CACHE/run; the caller removes it)
+#                                     holding exactly NAME... (daemons included),
+#                                     for run.sh --files
 #
 # A Go binary that does not compile is reported and left out (the callers
 # fail on a missing binary they need); the exit code is then 1.
@@ -23,6 +27,8 @@ OUT=$CACHE/bin
 log() { echo "guest-files: $*" >&2; }
 
 mkdir -p "$OUT"
+stage=
+[ "${1:-}" != --stage ] || { stage=1; shift; }
 want=("$@")
 [ ${#want[@]} -gt 0 ] || want=(lvm-agent guest.test lvm-devcluster devmapper.test)
 
@@ -60,8 +66,18 @@ for w in "${want[@]}"; do
     guest.test) build guest.test test -c -tags guest "${flags[@]}" ./integration/guest ;;
     lvm-devcluster) build lvm-devcluster build -tags guest "${flags[@]}" ./integration/guest/devcluster ;;
     devmapper.test) build devmapper.test test -c -tags guest "${flags[@]}" ./lvmbackend/devmapper ;;
+    etcd | kube-apiserver | lvmd | google-lvmd) ;; # linked above
     *) log "unknown binary $w"; exit 2 ;;
   esac
 done
-echo "$OUT"
+if [ -z "$stage" ]; then
+  echo "$OUT"
+  exit $rc
+fi
+mkdir -p "$CACHE/run"
+dir=$(mktemp -d "$CACHE/run/files.XXXXXX")
+for w in "${want[@]}"; do
+  [ ! -f "$OUT/$w" ] || ln "$OUT/$w" "$dir/$w"
+done
+echo "$dir"
 exit $rc

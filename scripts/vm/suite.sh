@@ -28,14 +28,10 @@ t0=$SECONDS
 
 # A binary that does not build is left out, and the guest suite fails on it;
 # the others still run.
-bin=$("$here/guest-files.sh" lvm-agent guest.test devmapper.test) || log "some binaries did not build (see above); running the rest"
-[ -n "$bin" ] || { log "FAIL: the guest's binaries could not be built"; exit 1; }
-mkdir -p "$CACHE/run"
-files=$(mktemp -d "$CACHE/run/suite-files.XXXXXX")
+files=$("$here/guest-files.sh" --stage etcd kube-apiserver lvmd google-lvmd lvm-agent guest.test devmapper.test) ||
+  log "some binaries did not build (see above); running the rest"
+[ -n "$files" ] || { log "FAIL: the guest's binaries could not be built"; exit 1; }
 trap 'rm -rf "$files"' EXIT
-for b in etcd kube-apiserver lvmd google-lvmd lvm-agent guest.test devmapper.test; do
-  [ ! -f "$bin/$b" ] || ln "$bin/$b" "$files/$b"
-done
 share=$CACHE/run/suite-results
 rm -rf "$share" && mkdir -p "$share"
 # TCG runs several times slower on a busy host: the load explains the times.
