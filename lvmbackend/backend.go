@@ -8,11 +8,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
 )
 
 // Typed errors. Every error a Backend returns wraps at most one of them, so
@@ -43,14 +46,7 @@ type Volume struct {
 }
 
 // HasTag reports whether the volume carries tag.
-func (v *Volume) HasTag(tag string) bool {
-	for _, t := range v.Tags {
-		if t == tag {
-			return true
-		}
-	}
-	return false
-}
+func (v *Volume) HasTag(tag string) bool { return slices.Contains(v.Tags, tag) }
 
 // Thin reports whether lvm says the volume is a thin volume.
 func (v *Volume) Thin() bool { return len(v.Attr) > 0 && v.Attr[0] == 'V' }
@@ -124,4 +120,33 @@ func dialDefaults(creds credentials.TransportCredentials) []grpc.DialOption {
 			MinConnectTimeout: 5 * time.Second,
 		}),
 	}
+}
+
+// checkSize refuses what topolvm's lvmd refuses: a size that is not a
+// positive multiple of SizeUnit.
+func checkSize(size int64) error {
+	if size <= 0 || size%SizeUnit != 0 {
+		return fmt.Errorf("size %d is not a positive multiple of %d", size, SizeUnit)
+	}
+	return nil
+}
+
+// rpcError is the error mapping both dialects share: an error that is not a
+// gRPC status is unavailable when it is the context's and untyped otherwise,
+// and gRPC's codes for a daemon out of reach are unavailable. For any other
+// code it returns a nil *Error, for the dialect to classify the status. The
+// status is never nil (for a non-status error its message is err's text).
+func rpcError(op string, err error) (*Error, *status.Status) {
+	st, ok := status.FromError(err)
+	if !ok {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			return &Error{Op: op, Kind: ErrUnavailable, Cause: err}, st
+		}
+		return &Error{Op: op, Cause: err}, st
+	}
+	switch st.Code() {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Aborted:
+		return &Error{Op: op, Kind: ErrUnavailable, Cause: errors.New(st.Message())}, st
+	}
+	return nil, st
 }

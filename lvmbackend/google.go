@@ -17,7 +17,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 )
 
 // DefaultPollInterval is how often WatchCapacity asks google/lvmd for its
@@ -189,9 +188,8 @@ func (g *GoogleLVMD) CreateVolume(ctx context.Context, req CreateRequest) (*Volu
 	if err := checkLVMArgs(req.DeviceClass, req.Name); err != nil {
 		return nil, &Error{Op: op, Kind: ErrInvalidArgument, Cause: err}
 	}
-	if req.SizeBytes <= 0 || req.SizeBytes%SizeUnit != 0 {
-		return nil, &Error{Op: op, Kind: ErrInvalidArgument,
-			Cause: fmt.Errorf("size %d is not a positive multiple of %d", req.SizeBytes, SizeUnit)}
+	if err := checkSize(req.SizeBytes); err != nil {
+		return nil, &Error{Op: op, Kind: ErrInvalidArgument, Cause: err}
 	}
 	if req.OptionClass != "" {
 		return nil, &Error{Op: op, Kind: ErrInvalidArgument,
@@ -340,17 +338,12 @@ func (g *GoogleLVMD) probe(ctx context.Context, e *Error, vg string, kind func(g
 // googleError maps a google/lvmd error to an *Error from its gRPC code and,
 // for Internal, from its text (see classifyGoogle); it also returns the text.
 func googleError(op string, err error) (*Error, string) {
-	st, ok := status.FromError(err)
-	if !ok {
-		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-			return &Error{Op: op, Kind: ErrUnavailable, Cause: err}, err.Error()
-		}
-		return &Error{Op: op, Cause: err}, err.Error()
-	}
+	e, st := rpcError(op, err)
 	msg := st.Message()
+	if e != nil {
+		return e, msg
+	}
 	switch st.Code() {
-	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Aborted:
-		return &Error{Op: op, Kind: ErrUnavailable, Cause: errors.New(msg)}, msg
 	case codes.Internal, codes.Unknown:
 		kind := classifyGoogle(msg)
 		cause := errors.New(msg)

@@ -9,7 +9,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 )
 
 // Topolvm speaks to topolvm's lvmd over a unix socket.
@@ -70,9 +69,8 @@ func (t *Topolvm) ListVolumes(ctx context.Context, deviceClass string) ([]Volume
 
 // CreateVolume creates a volume with lvmd's CreateLV.
 func (t *Topolvm) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, error) {
-	if req.SizeBytes <= 0 || req.SizeBytes%SizeUnit != 0 {
-		return nil, &Error{Op: "create " + req.DeviceClass + "/" + req.Name, Kind: ErrInvalidArgument,
-			Cause: fmt.Errorf("size %d is not a positive multiple of %d", req.SizeBytes, SizeUnit)}
+	if err := checkSize(req.SizeBytes); err != nil {
+		return nil, &Error{Op: "create " + req.DeviceClass + "/" + req.Name, Kind: ErrInvalidArgument, Cause: err}
 	}
 	resp, err := t.lv.CreateLV(ctx, &proto.CreateLVRequest{
 		Name: req.Name, DeviceClass: req.DeviceClass, SizeBytes: req.SizeBytes,
@@ -141,12 +139,9 @@ func (t *Topolvm) WatchCapacity(ctx context.Context, fn func([]Capacity)) error 
 // topolvmError maps lvmd's gRPC codes (see notes/dependencies.md) to typed
 // errors; notFound says what NotFound means for this call.
 func topolvmError(op string, err error, notFound error) error {
-	st, ok := status.FromError(err)
-	if !ok {
-		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-			return &Error{Op: op, Kind: ErrUnavailable, Cause: err}
-		}
-		return &Error{Op: op, Cause: err}
+	e, st := rpcError(op, err)
+	if e != nil {
+		return e
 	}
 	var kind error
 	switch st.Code() {
@@ -154,8 +149,6 @@ func topolvmError(op string, err error, notFound error) error {
 		kind = notFound
 	case codes.ResourceExhausted:
 		kind = ErrInsufficientCapacity
-	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Aborted:
-		kind = ErrUnavailable
 	case codes.InvalidArgument, codes.OutOfRange, codes.Unimplemented:
 		kind = ErrInvalidArgument
 	}

@@ -55,7 +55,7 @@ func Open(path string) (*Control, error) {
 	// ioctl, not at open, so a node we may open can still be useless to us.
 	// One DM_VERSION now turns that into an Open error instead of a
 	// surprise on the first real query.
-	if _, err := c.checkVersion(context.Background()); err != nil {
+	if err := c.checkVersion(context.Background()); err != nil {
 		_ = c.Close()
 		var e *Error
 		if errors.As(err, &e) && e.Target == "" {
@@ -87,15 +87,15 @@ func (c *Control) Close() error {
 }
 
 // checkVersion is Version plus the refusal of a non-4.x kernel.
-func (c *Control) checkVersion(ctx context.Context) (Version, error) {
+func (c *Control) checkVersion(ctx context.Context) error {
 	v, err := c.Version(ctx)
 	if err != nil {
-		return Version{}, err
+		return err
 	}
 	if v.Major != interfaceMajor {
-		return v, &Error{Op: "DM_VERSION", Kind: ErrUnsupported, Err: fmt.Errorf("kernel interface %s, want %d.x", v, interfaceMajor)}
+		return &Error{Op: "DM_VERSION", Kind: ErrUnsupported, Err: fmt.Errorf("kernel interface %s, want %d.x", v, interfaceMajor)}
 	}
-	return v, nil
+	return nil
 }
 
 // reply is a kernel answer: the buffer it was written into and its decoded
@@ -135,41 +135,38 @@ func getBuffer(size int) ([]byte, *[]byte) {
 // roundTrip sends one request, growing the buffer while the kernel says it
 // did not fit (DM_BUFFER_FULL_FLAG), as libdevmapper does: the kernel then
 // returns success with a partial or empty payload, and the only fix is to
-// ask again with more room. The size doubles up to maxBufferSize.
-func (c *Control) roundTrip(ctx context.Context, req uintptr, r request, size int) (*reply, error) {
+// ask again with more room. The size doubles up to maxBufferSize. The
+// reply is returned by value so a query costs no allocation of its own.
+func (c *Control) roundTrip(ctx context.Context, req uintptr, r request, size int) (reply, error) {
 	op := ioctlNames[req]
 	for {
 		if c.closed.Load() {
-			return nil, &Error{Op: op, Target: r.name, Kind: ErrClosed}
+			return reply{}, &Error{Op: op, Target: r.name, Kind: ErrClosed}
 		}
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return reply{}, err
 		}
-		buf, pooled := getBuffer(size)
-		encodeRequest(buf, r)
-		err := c.ioctl(req, buf)
-		hdr := decodeHeader(buf)
-		if err != nil {
-			if pooled != nil {
-				bufferPool.Put(pooled)
-			}
-			return nil, &Error{Op: op, Target: r.name, Kind: ioctlErrorKind(err, hdr), Err: err}
-		}
-		if hdr.flags&flagBufferFull == 0 {
-			rep := &reply{buf: buf, hdr: hdr, pooled: pooled}
+		var rep reply
+		rep.buf, rep.pooled = getBuffer(size)
+		encodeRequest(rep.buf, r)
+		err := c.ioctl(req, rep.buf)
+		rep.hdr = decodeHeader(rep.buf)
+		switch {
+		case err != nil:
+			rep.release()
+			return reply{}, &Error{Op: op, Target: r.name, Kind: ioctlErrorKind(err, rep.hdr), Err: err}
+		case rep.hdr.flags&flagBufferFull == 0:
 			// The kernel copies back data_size bytes of what we offered,
 			// so more than that is not a reply we can trust.
-			if uint64(hdr.dataSize) > uint64(len(buf)) {
+			if uint64(rep.hdr.dataSize) > uint64(size) {
 				rep.release()
-				return nil, malformed(op, r.name, "data_size %d exceeds the %d-byte buffer", hdr.dataSize, len(buf))
+				return reply{}, malformed(op, r.name, "data_size %d exceeds the %d-byte buffer", rep.hdr.dataSize, size)
 			}
 			return rep, nil
 		}
-		if pooled != nil {
-			bufferPool.Put(pooled)
-		}
+		rep.release()
 		if size >= maxBufferSize {
-			return nil, &Error{Op: op, Target: r.name, Kind: ErrReplyTooLarge, Err: fmt.Errorf("still full at %d bytes", size)}
+			return reply{}, &Error{Op: op, Target: r.name, Kind: ErrReplyTooLarge, Err: fmt.Errorf("still full at %d bytes", size)}
 		}
 		size = min(size*2, maxBufferSize)
 	}

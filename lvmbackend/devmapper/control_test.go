@@ -109,7 +109,7 @@ func TestVersion(t *testing.T) {
 
 func TestCheckVersionRefusesOtherMajor(t *testing.T) {
 	k := replies(t, kernelReply(kernelHeader{version: [3]uint32{5, 0, 0}}, nil)[:312])
-	_, err := k.control().checkVersion(context.Background())
+	err := k.control().checkVersion(context.Background())
 	require.ErrorIs(t, err, ErrUnsupported)
 }
 

@@ -244,14 +244,20 @@ func compareTargets(t *testing.T, query func(context.Context, string) (DeviceSta
 			want = append(want, line)
 		}
 	}
-	var got []string
-	for _, tg := range st.Targets {
-		got = append(got, strings.TrimRight(fmt.Sprintf("%d %d %s %s", tg.Start, tg.Length, tg.Type, tg.Params), " "))
-	}
-	if strings.Join(got, "\n") != strings.Join(want, "\n") {
-		return errors.New(name + ": dmsetup " + dmArgs[0] + ":\n" + strings.Join(want, "\n") + "\nours:\n" + strings.Join(got, "\n"))
+	if got := targetLines(st); got != strings.Join(want, "\n") {
+		return errors.New(name + ": dmsetup " + dmArgs[0] + ":\n" + strings.Join(want, "\n") + "\nours:\n" + got)
 	}
 	return nil
+}
+
+// targetLines renders targets as dmsetup prints them: "<start> <length>
+// <type> <params>" a line, without trailing spaces.
+func targetLines(st DeviceStatus) string {
+	var lines []string
+	for _, tg := range st.Targets {
+		lines = append(lines, strings.TrimRight(fmt.Sprintf("%d %d %s %s", tg.Start, tg.Length, tg.Type, tg.Params), " "))
+	}
+	return strings.Join(lines, "\n")
 }
 
 func infoRowOf(i Info) infoRow {

@@ -285,15 +285,6 @@ func dmsetupTargets(t *testing.T, verb string, args ...string) map[string]string
 	return out
 }
 
-// targetLines renders targets as dmsetup prints them (see dmsetupTargets).
-func targetLines(st DeviceStatus) string {
-	var lines []string
-	for _, tg := range st.Targets {
-		lines = append(lines, strings.TrimRight(fmt.Sprintf("%d %d %s %s", tg.Start, tg.Length, tg.Type, tg.Params), " "))
-	}
-	return strings.Join(lines, "\n")
-}
-
 // writeBlocks writes n blocks of size bytes to the block device at path
 // from block first on, and syncs: a thin pool allocates as the writes reach
 // it. It returns the first error, which a full pool that errors instead of

@@ -71,15 +71,7 @@ type call struct {
 	in  []byte
 }
 
-func (c call) name() string {
-	b := c.in[48 : 48+128]
-	for i, x := range b {
-		if x == 0 {
-			return string(b[:i])
-		}
-	}
-	return string(b)
-}
+func (c call) name() string { return cString(c.in[48 : 48+128]) }
 
 func (c call) dataSize() uint32 { return binary.NativeEndian.Uint32(c.in[12:]) }
 func (c call) flags() uint32    { return binary.NativeEndian.Uint32(c.in[28:]) }

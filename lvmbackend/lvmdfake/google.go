@@ -104,15 +104,6 @@ func (g *Google) failed(op, lvmOutput string) error {
 	return internal("failed to %s: %s", op, exit5)
 }
 
-func (g *Google) usage(vg string) (Usage, bool) {
-	for _, u := range g.Usage() {
-		if u.Class == vg {
-			return u, true
-		}
-	}
-	return Usage{}, false
-}
-
 // listLVs is the daemon's commands.ListLV: lvs on spec ("vg" or "vg/lv"),
 // then its parser on the report. The error is the one server.ListLV wraps.
 func (g *Google) listLVs(spec string) ([]*parser.LV, error) {
@@ -249,11 +240,7 @@ func parseReport[T any](out string, parse func(string) (*T, error)) ([]*T, error
 // lvsLine renders an LV as lvs --nameprefixes --units=b --nosuffix does for
 // the daemon's columns.
 func lvsLine(vg string, lv LV) string {
-	attr := "-wi-a-----"
-	if lv.Thin {
-		attr = "Vwi-a-tz--"
-	}
-	return lvsReportLine(lv.Name, vg, lv.SizeBytes, attr, fmt.Sprint(lv.Major), fmt.Sprint(lv.Minor), lv.Tags)
+	return lvsReportLine(lv.Name, vg, lv.SizeBytes, lv.attr(), fmt.Sprint(lv.Major), fmt.Sprint(lv.Minor), lv.Tags)
 }
 
 func lvsReportLine(name, vg string, size uint64, attr, major, minor string, tags []string) string {

@@ -83,26 +83,29 @@ func (m *LVM) SetLatency(d time.Duration) { m.mu.Lock(); m.latency = d; m.mu.Unl
 // as the daemon's internal error.
 func (m *LVM) SetHook(fn func(op, class, name string) error) { m.mu.Lock(); m.hook = fn; m.mu.Unlock() }
 
-func (m *LVM) get(name string) (*class, time.Duration, func(op, class, name string) error, error) {
+// begin is what every operation does first: look the class up, then run the
+// test hook. It returns the class and the latency to simulate.
+func (m *LVM) begin(op, className, name string) (*class, time.Duration, error) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	c, ok := m.classes[name]
+	c, ok := m.classes[className]
+	latency, hook := m.latency, m.hook
+	m.mu.Unlock()
 	if !ok {
-		return nil, 0, nil, fmt.Errorf("%w: %s", errNoClass, name)
+		return nil, 0, fmt.Errorf("%w: %s", errNoClass, className)
 	}
-	return c, m.latency, m.hook, nil
+	if hook != nil {
+		if err := hook(op, className, name); err != nil {
+			return nil, 0, err
+		}
+	}
+	return c, latency, nil
 }
 
 // Create adds an LV, with LVM's rounding to whole extents.
 func (m *LVM) Create(className, name string, size uint64, tags []string) (LV, error) {
-	c, latency, hook, err := m.get(className)
+	c, latency, err := m.begin("create", className, name)
 	if err != nil {
 		return LV{}, err
-	}
-	if hook != nil {
-		if err := hook("create", className, name); err != nil {
-			return LV{}, err
-		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -129,14 +132,9 @@ func (m *LVM) Create(className, name string, size uint64, tags []string) (LV, er
 
 // Remove deletes an LV.
 func (m *LVM) Remove(className, name string) error {
-	c, latency, hook, err := m.get(className)
+	c, latency, err := m.begin("remove", className, name)
 	if err != nil {
 		return err
-	}
-	if hook != nil {
-		if err := hook("remove", className, name); err != nil {
-			return err
-		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -151,14 +149,9 @@ func (m *LVM) Remove(className, name string) error {
 
 // List returns the LVs of a class sorted by name.
 func (m *LVM) List(className string) ([]LV, error) {
-	c, _, hook, err := m.get(className)
+	c, _, err := m.begin("list", className, "")
 	if err != nil {
 		return nil, err
-	}
-	if hook != nil {
-		if err := hook("list", className, ""); err != nil {
-			return nil, err
-		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -170,12 +163,12 @@ func (m *LVM) List(className string) ([]LV, error) {
 	return out, nil
 }
 
-// Usage is a class's size and free bytes.
+// Usage is a class's size (the VG's, or the thin pool's), its free bytes as
+// lvmd reports them, and the bytes its LVs take.
 type Usage struct {
-	Class          string
-	Size, Free     uint64
-	Thin           bool
-	PoolSize, Used uint64
+	Class            string
+	Size, Free, Used uint64
+	Thin             bool
 }
 
 // Usage reports every class, sorted by name.
@@ -189,12 +182,23 @@ func (m *LVM) Usage() []Usage {
 	sort.Strings(names)
 	out := make([]Usage, 0, len(names))
 	for _, n := range names {
-		c, _, _, _ := m.get(n)
-		c.mu.Lock()
-		out = append(out, Usage{Class: n, Size: c.SizeBytes, Free: c.free(), Thin: c.Thin, PoolSize: c.SizeBytes, Used: c.used()})
-		c.mu.Unlock()
+		u, _ := m.usage(n)
+		out = append(out, u)
 	}
 	return out
+}
+
+// usage reports one class.
+func (m *LVM) usage(name string) (Usage, bool) {
+	m.mu.Lock()
+	c, ok := m.classes[name]
+	m.mu.Unlock()
+	if !ok {
+		return Usage{}, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return Usage{Class: name, Size: c.SizeBytes, Free: c.free(), Used: c.used(), Thin: c.Thin}, true
 }
 
 // Subscribe returns a channel that receives after every change, and a cancel func.
@@ -215,6 +219,14 @@ func (m *LVM) notify() {
 		default:
 		}
 	}
+}
+
+// attr is the LV's lv_attr as lvs prints it for an active linear or thin LV.
+func (lv LV) attr() string {
+	if lv.Thin {
+		return "Vwi-a-tz--"
+	}
+	return "-wi-a-----"
 }
 
 func (c *class) used() uint64 {

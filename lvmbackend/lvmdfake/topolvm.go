@@ -92,21 +92,15 @@ func (s vgService) GetLVList(_ context.Context, req *proto.GetLVListRequest) (*p
 	}
 	resp := &proto.GetLVListResponse{}
 	for _, lv := range lvs {
-		attr := "-wi-a-----"
-		if lv.Thin {
-			attr = "Vwi-a-tz--"
-		}
 		resp.Volumes = append(resp.Volumes, &proto.LogicalVolume{Name: lv.Name, SizeBytes: int64(lv.SizeBytes),
-			Tags: lv.Tags, DevMajor: lv.Major, DevMinor: lv.Minor, Attr: attr, Path: "/dev/" + lv.Class + "/" + lv.Name})
+			Tags: lv.Tags, DevMajor: lv.Major, DevMinor: lv.Minor, Attr: lv.attr(), Path: "/dev/" + lv.Class + "/" + lv.Name})
 	}
 	return resp, nil
 }
 
 func (s vgService) GetFreeBytes(_ context.Context, req *proto.GetFreeBytesRequest) (*proto.GetFreeBytesResponse, error) {
-	for _, u := range s.m.Usage() {
-		if u.Class == req.GetDeviceClass() {
-			return &proto.GetFreeBytesResponse{FreeBytes: u.Free}, nil
-		}
+	if u, ok := s.m.usage(req.GetDeviceClass()); ok {
+		return &proto.GetFreeBytesResponse{FreeBytes: u.Free}, nil
 	}
 	return nil, status.Errorf(codes.NotFound, "%v: %s", errNoClass, req.GetDeviceClass())
 }
@@ -120,8 +114,8 @@ func (s vgService) Watch(_ *proto.Empty, stream grpc.ServerStreamingServer[proto
 		for _, u := range s.m.Usage() {
 			item := &proto.WatchItem{DeviceClass: u.Class, SizeBytes: u.Size, FreeBytes: u.Free}
 			if u.Thin {
-				item.ThinPool = &proto.ThinPoolItem{SizeBytes: u.PoolSize, OverprovisionBytes: u.Free,
-					DataPercent: 100 * float64(u.Used) / float64(max(u.PoolSize, 1))}
+				item.ThinPool = &proto.ThinPoolItem{SizeBytes: u.Size, OverprovisionBytes: u.Free,
+					DataPercent: 100 * float64(u.Used) / float64(max(u.Size, 1))}
 			}
 			resp.Items = append(resp.Items, item)
 		}
