@@ -7,7 +7,6 @@ package agent
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
@@ -195,8 +194,8 @@ func requestChanged(old, obj any) bool {
 		}
 	}
 	if opv, ok := old.(*corev1.PersistentVolume); ok {
-		npv := obj.(*corev1.PersistentVolume)
-		return fmt.Sprint(opv.Spec.ClaimRef) != fmt.Sprint(npv.Spec.ClaimRef)
+		o, n := opv.Spec.ClaimRef, obj.(*corev1.PersistentVolume).Spec.ClaimRef
+		return (o == nil) != (n == nil) || o != nil && *o != *n
 	}
 	return false
 }
@@ -285,12 +284,15 @@ func (a *Agent) answer(k Key, obj runtime.Object, out outcome, start time.Time) 
 	m, _ := meta.Accessor(obj)
 	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.OpTimeout)
 	defer cancel()
-	kind := map[Kind]string{KindPVC: "create", KindPV: "delete"}[k.Kind]
+	kind := "create"
+	if k.Kind == KindPV {
+		kind = "delete"
+	}
 	if out.state == "" {
 		a.metrics.observe(kind, "retry", start)
 		klog.ErrorS(out.err, "Volume operation failed; will retry", "request", k)
-		a.recorder.Event(obj, corev1.EventTypeWarning, "VolumeRetrying", kube.OneLine(out.err))
 		msg := kube.OneLine(out.err)
+		a.recorder.Event(obj, corev1.EventTypeWarning, "VolumeRetrying", msg)
 		if c := (kube.Change{kube.AnnError: &msg}); c.Pending(m.GetAnnotations()) {
 			// Conditional like every write: if the object moved on (say, our
 			// final answer landed but its response was lost), the note is
@@ -338,7 +340,7 @@ func (a *Agent) patch(ctx context.Context, k Key, rv string, c kube.Change) erro
 	} else {
 		_, err = kube.UpdatePvWithAnnotations(ctx, a.client, k.Name, rv, c, nil)
 	}
-	a.metrics.writes.WithLabelValues(string(k.Kind), map[bool]string{true: "ok", false: "error"}[err == nil]).Inc()
+	a.metrics.wrote(string(k.Kind), err)
 	return err
 }
 

@@ -24,37 +24,59 @@ const node = "node-a"
 
 type env struct {
 	client *fake.Clientset
+	fakeLVMD
+	agent *Agent
+}
+
+// fakeLVMD is a fake LVM behind a fake lvmd speaking topolvm's wire
+// protocol on a unix socket.
+type fakeLVMD struct {
 	lvm    *lvmdfake.LVM
 	lvmd   *lvmdfake.Topolvm
 	socket string
-	agent  *Agent
 }
 
-// start runs an agent against a fake clientset and a fake lvmd speaking
-// topolvm's wire protocol on a unix socket.
-func start(t *testing.T, cfg Config, objs ...any) *env {
+// thickAndThin are the device classes of most tests.
+var thickAndThin = []lvmdfake.Class{
+	{Name: "thick", VG: "vg0", SizeBytes: 1 << 30},
+	{Name: "thin", VG: "vg0", SizeBytes: 1 << 30, Thin: true, Overprovision: 5},
+}
+
+// serveLVMD starts a fake lvmd with classes and connects a backend to it,
+// both stopped when the test ends.
+func serveLVMD(t *testing.T, classes ...lvmdfake.Class) (fakeLVMD, lvmbackend.Backend) {
 	t.Helper()
-	e := &env{client: fake.NewClientset(), socket: filepath.Join(t.TempDir(), "lvmd.sock")}
-	e.lvm = lvmdfake.NewLVM(
-		lvmdfake.Class{Name: "thick", VG: "vg0", SizeBytes: 1 << 30},
-		lvmdfake.Class{Name: "thin", VG: "vg0", SizeBytes: 1 << 30, Thin: true, Overprovision: 5},
-	)
-	e.lvmd = lvmdfake.NewTopolvm(e.lvm)
-	require.NoError(t, e.lvmd.Serve(e.socket))
-	t.Cleanup(e.lvmd.Stop)
-	backend, err := lvmbackend.NewTopolvm(e.socket)
+	f := fakeLVMD{lvm: lvmdfake.NewLVM(classes...), socket: filepath.Join(t.TempDir(), "lvmd.sock")}
+	f.lvmd = lvmdfake.NewTopolvm(f.lvm)
+	require.NoError(t, f.lvmd.Serve(f.socket))
+	t.Cleanup(f.lvmd.Stop)
+	backend, err := lvmbackend.NewTopolvm(f.socket)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = backend.Close() })
+	return f, backend
+}
+
+// run runs a until the test ends.
+func run(t *testing.T, a *Agent) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = a.Run(ctx, time.Second); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// start runs an agent against a fake clientset and a fake lvmd.
+func start(t *testing.T, cfg Config) *env {
+	t.Helper()
+	f, backend := serveLVMD(t, thickAndThin...)
+	e := &env{client: fake.NewClientset(), fakeLVMD: f}
 	cfg.Node = kube.Node{Name: node, Drivers: []string{kube.DefaultDriver}}
 	cfg.BackoffBase, cfg.BackoffMax = 10*time.Millisecond, 100*time.Millisecond
 	cfg.Workers = 4
 	inf := kube.NewInformers(e.client, node, kube.WatchAll)
+	var err error
 	e.agent, err = New(cfg, e.client, backend, record.NewFakeRecorder(1000), inf, nil)
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = e.agent.Run(ctx, time.Second); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	run(t, e.agent)
 	return e
 }
 
@@ -114,15 +136,7 @@ func (e *env) wait(t *testing.T, get func(context.Context) (metav1.Object, error
 }
 
 // patches counts the patches the agent sent.
-func (e *env) patches() int {
-	n := 0
-	for _, a := range e.client.Actions() {
-		if a.GetVerb() == "patch" {
-			n++
-		}
-	}
-	return n
-}
+func (e *env) patches() int { return countActions(e.client, "patch") }
 
 func spec(s string) map[string]string {
 	return map[string]string{kube.AnnLifecycle: kube.StateCreating, kube.AnnSpec: s}

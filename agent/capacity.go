@@ -20,9 +20,8 @@ type CapacityWatcher struct {
 	free      *prometheus.GaugeVec
 	reachable prometheus.Gauge
 
-	mu      sync.Mutex
-	err     error
-	current []lvmbackend.Capacity
+	mu  sync.Mutex
+	err error
 	// OnChange, when set before Run, is called with every new capacity report.
 	OnChange func([]lvmbackend.Capacity)
 }
@@ -68,9 +67,6 @@ func (w *CapacityWatcher) report(caps []lvmbackend.Capacity, err error) {
 	w.mu.Lock()
 	wasDown := w.err != nil
 	w.err = err
-	if err == nil {
-		w.current = caps
-	}
 	onChange := w.OnChange
 	w.mu.Unlock()
 	if err != nil {
@@ -98,11 +94,4 @@ func (w *CapacityWatcher) Reachable() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.err
-}
-
-// Current is the last capacity report.
-func (w *CapacityWatcher) Current() []lvmbackend.Capacity {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return append([]lvmbackend.Capacity(nil), w.current...)
 }

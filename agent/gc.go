@@ -171,7 +171,7 @@ func (g *OrphanGC) candidates(ctx context.Context) ([]candidate, error) {
 		}
 		for i := range lvs {
 			// An empty UID is not a tag the agent writes: someone else's LV.
-			uid, ours := owner(&lvs[i])
+			uid, ours := OwnerUID(&lvs[i])
 			if !ours || uid == "" || lvs[i].HasTag(ProtectedTag) || seen[lvs[i].Name+"\x00"+uid] {
 				continue
 			}
@@ -345,7 +345,7 @@ func (g *OrphanGC) remove(ctx context.Context, c candidate) error {
 	if err != nil {
 		return err
 	}
-	if uid, _ := owner(lv); uid != c.uid || lv.HasTag(ProtectedTag) {
+	if uid, _ := OwnerUID(lv); uid != c.uid || lv.HasTag(ProtectedTag) {
 		return fmt.Errorf("LV %s changed since it was found orphaned (owner %q); left in place", c.target, uid)
 	}
 	if err := g.a.backend.RemoveVolume(ctx, c.deviceClass, c.name); err != nil && !errors.Is(err, lvmbackend.ErrNotFound) {

@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -23,17 +22,14 @@ import (
 
 	"github.com/lvm-agent/lvm-agent/kube"
 	"github.com/lvm-agent/lvm-agent/lvmbackend"
-	"github.com/lvm-agent/lvm-agent/lvmbackend/lvmdfake"
 )
 
 type gcEnv struct {
 	client *fake.Clientset
-	lvm    *lvmdfake.LVM
-	lvmd   *lvmdfake.Topolvm
-	socket string
-	agent  *Agent
-	gc     *OrphanGC
-	reg    *prometheus.Registry
+	fakeLVMD
+	agent *Agent
+	gc    *OrphanGC
+	reg   *prometheus.Registry
 }
 
 // newGCEnv is an agent that is not running (its informer caches stay empty
@@ -41,16 +37,10 @@ type gcEnv struct {
 // a fake lvmd with the classes "thick" and "thin".
 func newGCEnv(t *testing.T, cfg GCConfig, withCache bool, objs ...runtime.Object) *gcEnv {
 	t.Helper()
-	e := &gcEnv{client: fake.NewClientset(objs...), socket: filepath.Join(t.TempDir(), "lvmd.sock"), reg: prometheus.NewRegistry()}
-	e.lvm = lvmdfake.NewLVM(lvmdfake.Class{Name: "thick", VG: "vg0", SizeBytes: 1 << 30},
-		lvmdfake.Class{Name: "thin", VG: "vg0", SizeBytes: 1 << 30, Thin: true, Overprovision: 5})
-	e.lvmd = lvmdfake.NewTopolvm(e.lvm)
-	require.NoError(t, e.lvmd.Serve(e.socket))
-	t.Cleanup(e.lvmd.Stop)
-	backend, err := lvmbackend.NewTopolvm(e.socket)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = backend.Close() })
+	f, backend := serveLVMD(t, thickAndThin...)
+	e := &gcEnv{client: fake.NewClientset(objs...), fakeLVMD: f, reg: prometheus.NewRegistry()}
 	inf := kube.NewInformers(e.client, node, kube.WatchAll)
+	var err error
 	e.agent, err = New(Config{Node: kube.Node{Name: node, Drivers: []string{kube.DefaultDriver}}, OpTimeout: 5 * time.Second},
 		e.client, backend, record.NewFakeRecorder(100), inf, nil)
 	require.NoError(t, err)

@@ -57,6 +57,15 @@ func (m *Metrics) observe(kind, result string, start time.Time) {
 	m.duration.WithLabelValues(kind, result).Observe(time.Since(start).Seconds())
 }
 
+// wrote counts an annotation patch of an object kind (pvc, pv, node).
+func (m *Metrics) wrote(object string, err error) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	m.writes.WithLabelValues(object, result).Inc()
+}
+
 // The work queue reports through these (workqueue.MetricsProvider).
 
 func (m *Metrics) NewDepthMetric(name string) workqueue.GaugeMetric {
@@ -91,5 +100,4 @@ func NewOpenRequestsCollector(a *Agent) prometheus.Collector {
 
 type noop struct{}
 
-func (noop) Inc()        {}
-func (noop) Set(float64) {}
+func (noop) Inc() {}

@@ -190,7 +190,7 @@ func (s *nodeCapacitySync) sync(ctx context.Context) error {
 		return nil
 	}
 	_, err := kube.UpdateNodeWithAnnotations(ctx, s.client, s.node, "", kube.Set(map[string]string{s.key: s.desired}))
-	s.metrics.writes.WithLabelValues("node", map[bool]string{true: "ok", false: "error"}[err == nil]).Inc()
+	s.metrics.wrote("node", err)
 	if err != nil {
 		s.known = nil
 		s.logFailure(err, "write")

@@ -32,11 +32,7 @@ func (a *Agent) Swept(obj runtime.Object) {
 			old = nil
 		}
 	}
-	if old == nil {
-		a.observe(nil, obj)
-		return
-	}
-	a.observe(old, obj)
+	a.observe(old, obj) // a nil old is a first sighting
 }
 
 // SweptGone is an object handed over by a sweep that was deleted since. It

@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -19,31 +18,21 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/lvm-agent/lvm-agent/kube"
-	"github.com/lvm-agent/lvm-agent/lvmbackend"
-	"github.com/lvm-agent/lvm-agent/lvmbackend/lvmdfake"
 )
 
 // startHybrid runs an agent in the hybrid watch mode; the test sweeps.
 func startHybrid(t *testing.T) (*env, *kube.Sweeper) {
 	t.Helper()
-	e := &env{client: fake.NewClientset(), socket: filepath.Join(t.TempDir(), "lvmd.sock")}
+	f, backend := serveLVMD(t, thickAndThin[0])
+	e := &env{client: fake.NewClientset(), fakeLVMD: f}
 	filterWatches(e.client)
-	e.lvm = lvmdfake.NewLVM(lvmdfake.Class{Name: "thick", VG: "vg0", SizeBytes: 1 << 30})
-	e.lvmd = lvmdfake.NewTopolvm(e.lvm)
-	require.NoError(t, e.lvmd.Serve(e.socket))
-	t.Cleanup(e.lvmd.Stop)
-	backend, err := lvmbackend.NewTopolvm(e.socket)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = backend.Close() })
 	n := kube.Node{Name: node, Drivers: []string{kube.DefaultDriver}}
 	cfg := Config{Node: n, BackoffBase: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Workers: 4}
 	inf := kube.NewInformers(e.client, node, kube.WatchHybrid, kube.WithOwner(n))
+	var err error
 	e.agent, err = New(cfg, e.client, backend, record.NewFakeRecorder(1000), inf, nil)
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = e.agent.Run(ctx, time.Second); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	run(t, e.agent)
 	require.Eventually(t, e.agent.Synced, 10*time.Second, 5*time.Millisecond)
 	return e, kube.NewSweeper(e.client, e.agent, kube.SweepConfig{Node: n, Interval: time.Hour})
 }

@@ -27,8 +27,8 @@ const ProtectedTag = "protected"
 // OwnerTag is the ownership tag for a PVC.
 func OwnerTag(uid types.UID) string { return OwnerTagPrefix + string(uid) }
 
-// owner returns the PVC UID an LV's ownership tag names, if any.
-func owner(lv *lvmbackend.Volume) (string, bool) {
+// OwnerUID returns the PVC UID an LV's ownership tag names, if any.
+func OwnerUID(lv *lvmbackend.Volume) (string, bool) {
 	for _, t := range lv.Tags {
 		if uid, ok := strings.CutPrefix(t, OwnerTagPrefix); ok {
 			return uid, true
@@ -84,8 +84,12 @@ func (a *Agent) deleteTarget(pv *corev1.PersistentVolume) (target, error) {
 	return target{a.deviceClass(vg), lv}, nil
 }
 
-func (a *Agent) deviceClass(vg string) string {
-	if dc, ok := a.cfg.DeviceClasses[vg]; ok {
+func (a *Agent) deviceClass(vg string) string { return DeviceClass(a.cfg.DeviceClasses, vg) }
+
+// DeviceClass is the lvmd device class of a spec's volume group: its entry
+// in classes (volume group to device class), or else the class of that name.
+func DeviceClass(classes map[string]string, vg string) string {
+	if dc, ok := classes[vg]; ok {
 		return dc
 	}
 	return vg
@@ -151,7 +155,7 @@ func (a *Agent) remove(ctx context.Context, pv *corev1.PersistentVolume, t targe
 	if lv.HasTag(ProtectedTag) {
 		return fail(kube.ReasonProtected, fmt.Errorf("LV %s is tagged %q and is never removed", t, ProtectedTag))
 	}
-	uid, tagged := owner(lv)
+	uid, tagged := OwnerUID(lv)
 	switch {
 	case !tagged && !a.cfg.AllowUntagged:
 		return fail(kube.ReasonNameConflict, fmt.Errorf("LV %s has no lvm-agent ownership tag and is left untouched (start the agent with --allow-untagged-delete for volumes of the original agent)", t))

@@ -84,12 +84,6 @@ func status(ctx context.Context, c kubernetes.Interface, o statusOptions) error 
 	if lvs != nil {
 		devs, dmNote = readDevices(ctx, o.dmControl)
 	}
-	deviceClass := func(vg string) string {
-		if dc, ok := classes[vg]; ok {
-			return dc
-		}
-		return vg
-	}
 	owns := func(owned bool) bool { return o.node == "" || owned }
 	n := kube.Node{Name: o.node, Drivers: splitList(o.drivers)}
 	now := time.Now()
@@ -129,7 +123,7 @@ func status(ctx context.Context, c kubernetes.Interface, o statusOptions) error 
 		spec, err := kube.ParseCreateSpec(p.Annotations[kube.AnnSpec])
 		key := ""
 		if err == nil {
-			key = deviceClass(spec.VolumeGroup) + "/" + spec.Name
+			key = agent.DeviceClass(classes, spec.VolumeGroup) + "/" + spec.Name
 			seen[key] = true
 			r.lv, r.size, r.owner, r.device = lvCell(key)
 		}
@@ -171,7 +165,7 @@ func status(ctx context.Context, c kubernetes.Interface, o statusOptions) error 
 		r := statusRow{object: "pv/" + p.Name, state: st, age: duration.HumanDuration(now.Sub(requestTime(p))),
 			lv: "-", size: "-", owner: "-", device: "-", check: checkOK}
 		if vg, lv, err := kube.ParsePVSpec(p.Annotations[kube.AnnSpec]); err == nil {
-			key := deviceClass(vg) + "/" + lv
+			key := agent.DeviceClass(classes, vg) + "/" + lv
 			seen[key] = true
 			r.lv, r.size, r.owner, r.device = lvCell(key)
 		}
@@ -193,7 +187,7 @@ func status(ctx context.Context, c kubernetes.Interface, o statusOptions) error 
 			continue
 		}
 		r := statusRow{object: "-", state: "-", age: "-", lv: key, size: resource.NewQuantity(v.SizeBytes, resource.BinarySI).String(), owner: lvOwner(v), device: deviceCell(devs, v)}
-		uid, tagged := lvOwnerUID(v)
+		uid, tagged := agent.OwnerUID(&v)
 		switch {
 		case !tagged:
 			r.check = checkForeign
@@ -271,17 +265,8 @@ func listLVs(ctx context.Context, o options, classes []string) (map[string]lvmba
 	return out, nil
 }
 
-func lvOwnerUID(v lvmbackend.Volume) (string, bool) {
-	for _, t := range v.Tags {
-		if uid, ok := strings.CutPrefix(t, agent.OwnerTagPrefix); ok {
-			return uid, true
-		}
-	}
-	return "", false
-}
-
 func lvOwner(v lvmbackend.Volume) string {
-	if uid, ok := lvOwnerUID(v); ok {
+	if uid, ok := agent.OwnerUID(&v); ok {
 		return uid
 	}
 	return "untagged"
