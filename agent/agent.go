@@ -138,13 +138,12 @@ func (a *Agent) Synced() bool { return a.inf.PVC.HasSynced() && a.inf.PV.HasSync
 
 // request returns the key of obj and whether obj is an open request owned by this node.
 func (a *Agent) request(obj any) (Key, bool) {
+	_, open := a.cfg.Node.Classify(obj)
 	switch o := obj.(type) {
 	case *corev1.PersistentVolumeClaim:
-		k := Key{Kind: KindPVC, Namespace: o.Namespace, Name: o.Name}
-		return k, o.Annotations[kube.AnnLifecycle] == kube.StateCreating && a.cfg.Node.OwnsPVC(o)
+		return Key{Kind: KindPVC, Namespace: o.Namespace, Name: o.Name}, open
 	case *corev1.PersistentVolume:
-		k := Key{Kind: KindPV, Name: o.Name}
-		return k, o.Annotations[kube.AnnLifecycle] == kube.StateDeleting && a.cfg.Node.OwnsPV(o)
+		return Key{Kind: KindPV, Name: o.Name}, open
 	}
 	return Key{}, false
 }

@@ -131,30 +131,27 @@ func (c counter) OnAdd(obj any, _ bool) { c.count(obj, false) }
 func (c counter) OnUpdate(_, obj any)   { c.count(obj, false) }
 func (c counter) OnDelete(obj any)      { c.count(obj, true) }
 func (c counter) count(obj any, del bool) {
-	var resource, lifecycle, open string
+	var resource string
 	var m metav1.Object
-	owned := false
 	switch o := obj.(type) {
 	case *corev1.PersistentVolumeClaim:
-		resource, m, open = "persistentvolumeclaims", o, StateCreating
-		owned = c.owner != nil && c.owner.OwnsPVC(o)
+		resource, m = "persistentvolumeclaims", o
 	case *corev1.PersistentVolume:
-		resource, m, open = "persistentvolumes", o, StateDeleting
-		owned = c.owner != nil && c.owner.OwnsPV(o)
+		resource, m = "persistentvolumes", o
 	default:
 		return // a tombstone: nothing was received
 	}
-	foreign := foreignLabel(owned)
-	if c.owner == nil {
-		foreign = ForeignUnknown
+	foreign, owned, open := ForeignUnknown, false, false
+	if c.owner != nil {
+		owned, open = c.owner.Classify(obj)
+		foreign = foreignLabel(owned)
 	}
 	c.metrics.ObjectsReceived(resource, SourceInformer, foreign, 1)
 	if del || !owned {
 		c.metrics.clock.gone(resource, m.GetNamespace(), m.GetName())
 		return
 	}
-	lifecycle = m.GetAnnotations()[AnnLifecycle]
-	c.metrics.clock.seen(resource, m.GetNamespace(), m.GetName(), lifecycle == open)
+	c.metrics.clock.seen(resource, m.GetNamespace(), m.GetName(), open)
 }
 
 // trim keeps only the fields the agent uses. It is idempotent, as an

@@ -46,4 +46,12 @@ func TestOwnsPV(t *testing.T) {
 	labelled := pv("")
 	labelled.Labels = map[string]string{LabelNode: "node-a"}
 	assert.True(t, n.OwnsPV(labelled))
+
+	// The provisioner helper labels a PV for the node affinityNode names: a
+	// NotIn must never label (and so hand the PV to) the node it excludes.
+	node, ok := affinityNode(pv(DefaultDriver, term(corev1.NodeSelectorOpIn, "node-a")))
+	assert.True(t, ok)
+	assert.Equal(t, "node-a", node)
+	_, ok = affinityNode(pv(DefaultDriver, term(corev1.NodeSelectorOpNotIn, "node-a")))
+	assert.False(t, ok, "NotIn")
 }

@@ -67,32 +67,31 @@ func mergePatch(resourceVersion string, annotations, labels Change) ([]byte, err
 	return json.Marshal(map[string]any{"metadata": meta})
 }
 
+// patch merge-patches the named object through its typed client's Patch.
+// what names the object in the error.
+func patch[T any](ctx context.Context, p func(context.Context, string, types.PatchType, []byte, metav1.PatchOptions, ...string) (*T, error),
+	what, name, resourceVersion string, annotations, labels Change) (*T, error) {
+	data, err := mergePatch(resourceVersion, annotations, labels)
+	if err != nil {
+		return nil, err
+	}
+	obj, err := p(ctx, name, types.MergePatchType, data, metav1.PatchOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("patch %s: %w", what, err)
+	}
+	return obj, nil
+}
+
 // UpdatePvcWithAnnotations merge-patches the given annotations (and labels,
 // which may be nil) of a PVC and returns the PVC as the API server stored it.
 // resourceVersion, when not empty, is a precondition.
 func UpdatePvcWithAnnotations(ctx context.Context, c kubernetes.Interface, namespace, name, resourceVersion string, annotations, labels Change) (*corev1.PersistentVolumeClaim, error) {
-	patch, err := mergePatch(resourceVersion, annotations, labels)
-	if err != nil {
-		return nil, err
-	}
-	pvc, err := c.CoreV1().PersistentVolumeClaims(namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("patch PVC %s/%s: %w", namespace, name, err)
-	}
-	return pvc, nil
+	return patch(ctx, c.CoreV1().PersistentVolumeClaims(namespace).Patch, "PVC "+namespace+"/"+name, name, resourceVersion, annotations, labels)
 }
 
 // UpdatePvWithAnnotations merge-patches the given annotations (and labels) of a PV.
 func UpdatePvWithAnnotations(ctx context.Context, c kubernetes.Interface, name, resourceVersion string, annotations, labels Change) (*corev1.PersistentVolume, error) {
-	patch, err := mergePatch(resourceVersion, annotations, labels)
-	if err != nil {
-		return nil, err
-	}
-	pv, err := c.CoreV1().PersistentVolumes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("patch PV %s: %w", name, err)
-	}
-	return pv, nil
+	return patch(ctx, c.CoreV1().PersistentVolumes().Patch, "PV "+name, name, resourceVersion, annotations, labels)
 }
 
 // UpdateNodeWithAnnotations merge-patches the given annotations of a Node
@@ -100,15 +99,7 @@ func UpdatePvWithAnnotations(ctx context.Context, c kubernetes.Interface, name, 
 // is the kubelet's to register: a missing Node is an error that
 // apierrors.IsNotFound recognizes.
 func UpdateNodeWithAnnotations(ctx context.Context, c kubernetes.Interface, name, resourceVersion string, annotations Change) (*corev1.Node, error) {
-	patch, err := mergePatch(resourceVersion, annotations, nil)
-	if err != nil {
-		return nil, err
-	}
-	node, err := c.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("patch Node %s: %w", name, err)
-	}
-	return node, nil
+	return patch(ctx, c.CoreV1().Nodes().Patch, "Node "+name, name, resourceVersion, annotations, nil)
 }
 
 // OneLine makes an error fit the volume.error annotation: one line, bounded.

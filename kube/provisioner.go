@@ -93,7 +93,7 @@ func DeleteVolumeWithAnnotations(ctx context.Context, c kubernetes.Interface, pv
 		return err
 	}
 	var labels Change
-	if node := affinityNode(pv); node != "" {
+	if node, ok := affinityNode(pv); ok {
 		labels = Set(map[string]string{LabelNode: NodeLabelValue(node)})
 	}
 	pv, err = UpdatePvWithAnnotations(ctx, c, pvName, "",
@@ -106,19 +106,6 @@ func DeleteVolumeWithAnnotations(ctx context.Context, c kubernetes.Interface, pv
 		return c.CoreV1().PersistentVolumes().Watch(ctx, o)
 	}}
 	return waitForAnswer(ctx, lw, pv, "PV "+pvName, StateDeleting, onState)
-}
-
-// affinityNode is the node a PV's single-term node affinity names, if any.
-func affinityNode(pv *corev1.PersistentVolume) string {
-	na := pv.Spec.NodeAffinity
-	if na == nil || na.Required == nil || len(na.Required.NodeSelectorTerms) != 1 {
-		return ""
-	}
-	t := na.Required.NodeSelectorTerms[0]
-	if len(t.MatchExpressions) != 1 || len(t.MatchExpressions[0].Values) != 1 {
-		return ""
-	}
-	return t.MatchExpressions[0].Values[0]
 }
 
 // waitForAnswer watches from the version the request was written at (no

@@ -1,7 +1,6 @@
 package kube
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,13 +32,10 @@ func invalid(format string, a ...any) error {
 // lvmd's 4096-byte unit.
 func ParseCreateSpec(s string) (CreateSpec, error) {
 	var spec CreateSpec
-	if len(s) > MaxSpecBytes {
-		return spec, invalid("spec is %d bytes, at most %d allowed", len(s), MaxSpecBytes)
+	if _, err := specText(s); err != nil {
+		return spec, err
 	}
-	if strings.TrimSpace(s) == "" {
-		return spec, invalid("annotation %s is missing or empty", AnnSpec)
-	}
-	dec := json.NewDecoder(bytes.NewReader([]byte(s)))
+	dec := json.NewDecoder(strings.NewReader(s))
 	if err := dec.Decode(&spec); err != nil {
 		return spec, invalid("spec is not valid JSON of the expected shape: %v", err)
 	}
@@ -68,12 +64,9 @@ func ParseCreateSpec(s string) (CreateSpec, error) {
 // ParsePVSpec reads the PV spec: "<vg>/<lv>" in the original form, or the
 // same JSON as on the PVC (only volumeGroup and name are used).
 func ParsePVSpec(s string) (vg, lv string, err error) {
-	if len(s) > MaxSpecBytes {
-		return "", "", invalid("spec is %d bytes, at most %d allowed", len(s), MaxSpecBytes)
-	}
-	s = strings.TrimSpace(s)
-	if s == "" {
-		return "", "", invalid("annotation %s is missing or empty", AnnSpec)
+	s, err = specText(s)
+	if err != nil {
+		return "", "", err
 	}
 	if strings.HasPrefix(s, "{") {
 		var spec CreateSpec
@@ -91,6 +84,18 @@ func ParsePVSpec(s string) (vg, lv string, err error) {
 		return "", "", err
 	}
 	return vg, lv, nil
+}
+
+// specText refuses a spec annotation that is too large or blank, and
+// returns it without surrounding space.
+func specText(s string) (string, error) {
+	if len(s) > MaxSpecBytes {
+		return "", invalid("spec is %d bytes, at most %d allowed", len(s), MaxSpecBytes)
+	}
+	if s = strings.TrimSpace(s); s == "" {
+		return "", invalid("annotation %s is missing or empty", AnnSpec)
+	}
+	return s, nil
 }
 
 func validateVolume(vg, lv string) error {

@@ -73,7 +73,6 @@ type SweepConfig struct {
 
 // Sweeper lists and watches the unlabelled PVCs and PVs.
 type Sweeper struct {
-	client    kubernetes.Interface
 	target    SweepTarget
 	cfg       SweepConfig
 	resources []*unlabelled
@@ -98,8 +97,8 @@ func NewSweeper(c kubernetes.Interface, target SweepTarget, cfg SweepConfig) *Sw
 	if cfg.RehandDelay <= 0 {
 		cfg.RehandDelay = 5 * time.Second
 	}
-	s := &Sweeper{client: c, target: target, cfg: cfg, held: map[string]runtime.Object{},
-		resources: []*unlabelled{pvcs(c, cfg.Node), pvs(c, cfg.Node)},
+	s := &Sweeper{target: target, cfg: cfg, held: map[string]runtime.Object{},
+		resources: []*unlabelled{pvcs(c), pvs(c)},
 		passes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lvm_agent_sweeps_total",
 			Help: "Hybrid mode: full lists of the unlabelled PVCs and PVs, by result (ok, error)."}, []string{"result"}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "lvm_agent_sweep_duration_seconds",
@@ -299,7 +298,7 @@ func (s *Sweeper) consume(ctx context.Context, r *unlabelled, w watch.Interface,
 // what stays held as seen. An open request that a watch shows appearing is
 // handed over once more after RehandDelay.
 func (s *Sweeper) received(r *unlabelled, obj runtime.Object, seen map[string]bool, appeared bool) {
-	owned, open := r.classify(obj)
+	owned, open := s.cfg.Node.Classify(obj)
 	s.cfg.Metrics.ObjectsReceived(r.name, SourceUnlabelled, foreignLabel(owned), 1)
 	key := r.key(obj)
 	s.mu.Lock()
@@ -387,8 +386,6 @@ type unlabelled struct {
 	list         func(context.Context, metav1.ListOptions) ([]runtime.Object, metav1.ListMeta, error)
 	watch        func(context.Context, metav1.ListOptions) (watch.Interface, error)
 	get          func(ctx context.Context, namespace, name string) (runtime.Object, error)
-	// classify says whether obj is this node's, and an open request.
-	classify func(obj runtime.Object) (owned, open bool)
 }
 
 func (r *unlabelled) key(obj runtime.Object) string {
@@ -411,7 +408,7 @@ func objects[T any, P interface {
 	return out
 }
 
-func pvcs(c kubernetes.Interface, n Node) *unlabelled {
+func pvcs(c kubernetes.Interface) *unlabelled {
 	return &unlabelled{name: "persistentvolumeclaims", prefix: "pvc/",
 		list: func(ctx context.Context, o metav1.ListOptions) ([]runtime.Object, metav1.ListMeta, error) {
 			l, err := c.CoreV1().PersistentVolumeClaims("").List(ctx, o)
@@ -426,18 +423,10 @@ func pvcs(c kubernetes.Interface, n Node) *unlabelled {
 		get: func(ctx context.Context, ns, name string) (runtime.Object, error) {
 			return c.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
 		},
-		classify: func(obj runtime.Object) (bool, bool) {
-			pvc, ok := obj.(*corev1.PersistentVolumeClaim)
-			if !ok {
-				return false, false
-			}
-			owned := n.OwnsPVC(pvc)
-			return owned, owned && pvc.Annotations[AnnLifecycle] == StateCreating
-		},
 	}
 }
 
-func pvs(c kubernetes.Interface, n Node) *unlabelled {
+func pvs(c kubernetes.Interface) *unlabelled {
 	return &unlabelled{name: "persistentvolumes", prefix: "pv/",
 		list: func(ctx context.Context, o metav1.ListOptions) ([]runtime.Object, metav1.ListMeta, error) {
 			l, err := c.CoreV1().PersistentVolumes().List(ctx, o)
@@ -451,14 +440,6 @@ func pvs(c kubernetes.Interface, n Node) *unlabelled {
 		},
 		get: func(ctx context.Context, _, name string) (runtime.Object, error) {
 			return c.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
-		},
-		classify: func(obj runtime.Object) (bool, bool) {
-			pv, ok := obj.(*corev1.PersistentVolume)
-			if !ok {
-				return false, false
-			}
-			owned := n.OwnsPV(pv)
-			return owned, owned && pv.Annotations[AnnLifecycle] == StateDeleting
 		},
 	}
 }
