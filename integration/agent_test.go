@@ -40,18 +40,15 @@ func TestCreateRerequest(t *testing.T) {
 
 func TestIgnoredRequests(t *testing.T) {
 	n := startNode(t)
-	harness.PVC(t, cp.Client, "default", "other-node", "node-elsewhere")
-	_, err := kube.UpdatePvcWithAnnotations(context.Background(), cp.Client, "default", "other-node", "",
-		kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreating, kube.AnnSpec: `{"volumeGroup":"vg1","name":"x1","size":4096}`}), nil)
-	require.NoError(t, err)
+	rawRequest(t, cp.Client, "default", "other-node", "node-elsewhere", `{"volumeGroup":"vg1","name":"x1","size":4096}`, false)
 	harness.PVC(t, cp.Client, "default", "no-lifecycle", n.name)
-	_, err = kube.UpdatePvcWithAnnotations(context.Background(), cp.Client, "default", "no-lifecycle", "",
+	_, err := kube.UpdatePvcWithAnnotations(context.Background(), cp.Client, "default", "no-lifecycle", "",
 		kube.Set(map[string]string{kube.AnnSpec: `{"volumeGroup":"vg1","name":"x2","size":4096}`}), nil)
 	require.NoError(t, err)
 	// A request of ours written afterwards is answered: the agent saw the others by then.
 	require.NoError(t, n.create(t, "default", "ignored-mine", spec("x3", "4Mi")))
 	for _, name := range []string{"other-node", "no-lifecycle"} {
-		ann, _ := pvcAnnotations(t, "default", name)
+		ann := pvcAnnotations(t, "default", name)
 		assert.NotEqual(t, kube.StateCreated, ann[kube.AnnLifecycle], name)
 		assert.NotContains(t, ann, kube.AnnError, name)
 	}
@@ -97,7 +94,7 @@ func TestInvalidSpec(t *testing.T) {
 	} {
 		err := n.create(t, "default", name, s)
 		require.ErrorIs(t, err, kube.ErrInvalidSpec, name)
-		ann, _ := pvcAnnotations(t, "default", name)
+		ann := pvcAnnotations(t, "default", name)
 		assert.NotEmpty(t, ann[kube.AnnError], name)
 	}
 	assert.Empty(t, n.lvs(t, "vg1"))
@@ -148,7 +145,7 @@ func TestLvmdUnavailableThenBack(t *testing.T) {
 	})
 	require.NoError(t, n.lvmd.Serve(n.socket))
 	require.NoError(t, <-done)
-	ann, _ := pvcAnnotations(t, "default", "waits")
+	ann := pvcAnnotations(t, "default", "waits")
 	assert.NotContains(t, ann, kube.AnnError, "error removed on success")
 	assert.Len(t, n.lvs(t, "vg1"), 1)
 }

@@ -80,7 +80,7 @@ func TestNodeCapacityAnnotation(t *testing.T) {
 func TestNodeCapacityWrites(t *testing.T) {
 	name := "node-" + sanitize(t.Name())
 	createNode(t, name)
-	addr := freeAddr(t)
+	addr := harness.FreeAddr(t)
 	n := startNode(t, "--metrics-address", addr)
 	waitTopology(t, n.name, wantTopology(1<<30, 2<<30))
 	require.NoError(t, n.create(t, "default", "cap-writes", spec("lv-cap-writes", "4Mi")))

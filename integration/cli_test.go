@@ -117,11 +117,7 @@ func TestCLIStatus(t *testing.T) {
 		}
 		return nil
 	})
-	harness.PVC(t, cp.Client, "default", "st-stuck", n.name)
-	_, err = kube.UpdatePvcWithAnnotations(context.Background(), cp.Client, "default", "st-stuck", "",
-		kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreating, kube.AnnSpec: `{"volumeGroup":"vg1","name":"lv-st-stuck","size":4096}`}),
-		kube.Set(map[string]string{kube.LabelNode: kube.NodeLabelValue(n.name)}))
-	require.NoError(t, err)
+	rawRequest(t, cp.Client, "default", "st-stuck", n.name, `{"volumeGroup":"vg1","name":"lv-st-stuck","size":4096}`, true)
 	harness.WaitFor(t, 20*time.Second, func(ctx context.Context) (metav1.Object, error) {
 		return cp.Client.CoreV1().PersistentVolumeClaims("default").Get(ctx, "st-stuck", metav1.GetOptions{})
 	}, func(a map[string]string) bool { return a[kube.AnnError] != "" })
@@ -163,10 +159,7 @@ func TestCLIStatus(t *testing.T) {
 // A request without an error is stuck once it is older than --stuck-after.
 func TestCLIStatusStuckAfter(t *testing.T) {
 	node := "node-" + sanitize(t.Name()) // no agent runs for it
-	harness.PVC(t, cp.Client, "default", "st-waits", node)
-	_, err := kube.UpdatePvcWithAnnotations(context.Background(), cp.Client, "default", "st-waits", "",
-		kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreating, kube.AnnSpec: `{"volumeGroup":"vg1","name":"lv-st-waits","size":4096}`}), nil)
-	require.NoError(t, err)
+	rawRequest(t, cp.Client, "default", "st-waits", node, `{"volumeGroup":"vg1","name":"lv-st-waits","size":4096}`, false)
 	code, out, _ := runCLI(t, "status", "--node", node, "--backend", "none", "--stuck-after", "1h")
 	assert.Equal(t, 0, code)
 	assert.Contains(t, statusLines(out)["pvc/default/st-waits"], "pending")

@@ -30,7 +30,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/restmapper"
 )
@@ -121,7 +120,7 @@ func checkSidecar(t *testing.T, objs []*unstructured.Unstructured) {
 	assert.True(t, pod.HostPID, "lvmd runs lvm through nsenter into PID 1")
 	lvmd := podContainer(t, pod, "lvmd")
 	require.NotNil(t, lvmd.SecurityContext)
-	assert.Equal(t, deployPtr(true), lvmd.SecurityContext.Privileged)
+	assert.Equal(t, ptrTo(true), lvmd.SecurityContext.Privileged)
 	assert.Equal(t, "/run/topolvm", podMountPath(t, lvmd, "lvmd-socket"))
 	assert.NotNil(t, podVolume(t, pod, "lvmd-socket").EmptyDir, "the socket is private to the pod")
 
@@ -388,9 +387,7 @@ func dryRunApply(t *testing.T, objs []*unstructured.Unstructured) {
 	}
 	dyn, err := dynamic.NewForConfig(cp.Config)
 	require.NoError(t, err)
-	cs, err := kubernetes.NewForConfig(cp.Config)
-	require.NoError(t, err)
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(cs.Discovery()))
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(cp.Client.Discovery()))
 	force := true
 	for _, o := range objs {
 		gvk := o.GroupVersionKind()
@@ -462,5 +459,3 @@ func podMountPath(t *testing.T, c corev1.Container, volume string) string {
 	require.FailNow(t, fmt.Sprintf("container %s does not mount %s", c.Name, volume))
 	return ""
 }
-
-func deployPtr[T any](v T) *T { return &v }

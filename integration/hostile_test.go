@@ -94,11 +94,7 @@ func TestHostileSpecs(t *testing.T) {
 	for i, tc := range creates {
 		t.Run("create/"+tc.name, func(t *testing.T) {
 			pvc := fmt.Sprintf("hostile-%02d", i)
-			harness.PVC(t, cp.Client, "hostile", pvc, n.name)
-			_, err := kube.UpdatePvcWithAnnotations(context.Background(), cp.Client, "hostile", pvc, "",
-				kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreating, kube.AnnSpec: tc.spec}),
-				kube.Set(map[string]string{kube.LabelNode: kube.NodeLabelValue(n.name)}))
-			require.NoError(t, err)
+			rawRequest(t, cp.Client, "hostile", pvc, n.name, tc.spec, true)
 			ann := harness.WaitFor(t, 20*time.Second, func(ctx context.Context) (metav1.Object, error) {
 				return cp.Client.CoreV1().PersistentVolumeClaims("hostile").Get(ctx, pvc, metav1.GetOptions{})
 			}, func(a map[string]string) bool { return a[kube.AnnLifecycle] != kube.StateCreating })

@@ -5,15 +5,14 @@ package integration
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/lvm-agent/lvm-agent/integration/harness"
 	"github.com/lvm-agent/lvm-agent/kube"
@@ -30,15 +29,11 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	tb := &mainTB{}
-	dir, err := os.MkdirTemp("", "lvm-agent-it")
-	if err != nil {
-		panic(err)
-	}
-	defer os.RemoveAll(dir)
-	agentBin = harness.AgentBinary(tb, dir)
+	// A failure here panics and aborts the run.
+	tb := &harness.ProgramTB{Log: os.Stderr}
+	defer tb.Close()
+	agentBin = harness.AgentBinary(tb, tb.TempDir())
 	cp = harness.StartControlPlane(tb, 2*time.Minute)
-	defer tb.cleanup()
 	return m.Run()
 }
 
@@ -59,13 +54,7 @@ func startNode(t *testing.T, extraArgs ...string) *node {
 	n := &node{name: "node-" + sanitize(t.Name())}
 	n.lvm = lvmdfake.NewLVM(lvmdfake.Class{Name: "vg1", SizeBytes: 1 << 30},
 		lvmdfake.Class{Name: "thin", VG: "vg1", SizeBytes: 1 << 30, Thin: true, Overprovision: 2})
-	n.lvmd = lvmdfake.NewTopolvm(n.lvm)
-	sockDir, err := os.MkdirTemp("", "lvmd")
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(sockDir) })
-	n.socket = filepath.Join(sockDir, "lvmd.sock")
-	require.NoError(t, n.lvmd.Serve(n.socket))
-	t.Cleanup(n.lvmd.Stop)
+	n.lvmd, n.socket = harness.ServeLVMD(t, n.lvm)
 	n.args = append([]string{"--node-name", n.name, "--kubeconfig", cp.Kubeconfig, "--lvmd-socket", n.socket,
 		"--metrics-address", "", "--v", "2"}, extraArgs...)
 	n.start(t)
@@ -100,11 +89,26 @@ func spec(name string, size string) kube.CreateSpec {
 	return kube.CreateSpec{VolumeGroup: "vg1", Name: name, Size: q.Value()}
 }
 
-func pvcAnnotations(t *testing.T, ns, name string) (map[string]string, string) {
+func pvcAnnotations(t *testing.T, ns, name string) map[string]string {
 	t.Helper()
 	pvc, err := cp.Client.CoreV1().PersistentVolumeClaims(ns).Get(context.Background(), name, metav1.GetOptions{})
 	require.NoError(t, err)
-	return pvc.Annotations, pvc.ResourceVersion
+	return pvc.Annotations
+}
+
+// rawRequest makes a PVC on node and writes a create request with spec as
+// it is (kube.CreateVolumeWithAnnotations takes only a valid CreateSpec,
+// and waits for the answer), with the node label when labelled.
+func rawRequest(t *testing.T, c kubernetes.Interface, ns, pvc, node, spec string, labelled bool) {
+	t.Helper()
+	harness.PVC(t, c, ns, pvc, node)
+	var labels kube.Change
+	if labelled {
+		labels = kube.Set(map[string]string{kube.LabelNode: kube.NodeLabelValue(node)})
+	}
+	_, err := kube.UpdatePvcWithAnnotations(context.Background(), c, ns, pvc, "",
+		kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreating, kube.AnnSpec: spec}), labels)
+	require.NoError(t, err)
 }
 
 func sanitize(s string) string {
@@ -120,32 +124,4 @@ func sanitize(s string) string {
 		}
 	}
 	return string(out)
-}
-
-// mainTB lets the harness run in TestMain: a failure there aborts the run.
-type mainTB struct {
-	cleanups []func()
-	dirs     []string
-}
-
-func (m *mainTB) Helper()                   {}
-func (m *mainTB) Fatalf(f string, a ...any) { panic(fmt.Sprintf(f, a...)) }
-func (m *mainTB) Cleanup(f func())          { m.cleanups = append(m.cleanups, f) }
-func (m *mainTB) Logf(f string, a ...any)   { fmt.Fprintf(os.Stderr, f+"\n", a...) }
-func (m *mainTB) Failed() bool              { return false }
-func (m *mainTB) TempDir() string {
-	d, err := os.MkdirTemp("", "lvm-agent-it")
-	if err != nil {
-		panic(err)
-	}
-	m.dirs = append(m.dirs, d)
-	return d
-}
-func (m *mainTB) cleanup() {
-	for i := len(m.cleanups) - 1; i >= 0; i-- {
-		m.cleanups[i]()
-	}
-	for _, d := range m.dirs {
-		os.RemoveAll(d)
-	}
 }

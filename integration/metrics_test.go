@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -19,7 +18,7 @@ import (
 
 // The agent's /metrics after real requests, and /readyz following lvmd.
 func TestMetricsAndReadiness(t *testing.T) {
-	addr := freeAddr(t)
+	addr := harness.FreeAddr(t)
 	n := startNode(t, "--metrics-address", addr)
 	waitHTTP(t, addr, "/readyz", http.StatusOK)
 	assert.Equal(t, http.StatusOK, httpStatus(addr, "/healthz"))
@@ -76,15 +75,6 @@ func TestMetricsAndReadiness(t *testing.T) {
 	waitMetric(t, addr, `lvm_agent_operations_total{kind="create",result="created"}`, 2)
 	waitMetric(t, addr, `lvm_agent_lvmd_reachable`, 1)
 	waitMetric(t, addr, `lvm_agent_open_requests`, 0)
-}
-
-// freeAddr is a loopback address with a port free at the time of the call.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().String()
 }
 
 func httpStatus(addr, path string) int {

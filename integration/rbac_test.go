@@ -89,15 +89,10 @@ func TestRBAC(t *testing.T) {
 	_, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	lvm := lvmdfake.NewLVM(lvmdfake.Class{Name: "vg1", SizeBytes: 1 << 30})
-	lvmd := lvmdfake.NewTopolvm(lvm)
-	sockDir, err := os.MkdirTemp("", "lvmd")
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(sockDir) })
-	require.NoError(t, lvmd.Serve(filepath.Join(sockDir, "lvmd.sock")))
-	t.Cleanup(lvmd.Stop)
+	_, socket := harness.ServeLVMD(t, lvm)
 	// The default watch mode, with every optional part on.
 	agentProc := harness.StartAgent(t, agentBin, "--node-name", nodeName, "--kubeconfig", kubeconfig,
-		"--lvmd-socket", filepath.Join(sockDir, "lvmd.sock"), "--metrics-address", "", "--v", "2",
+		"--lvmd-socket", socket, "--metrics-address", "", "--v", "2",
 		"--sweep-interval", "500ms", "--orphan-gc-interval", "300ms")
 	lvNames := func() []string {
 		lvs, err := lvm.List("vg1")
@@ -122,16 +117,13 @@ func TestRBAC(t *testing.T) {
 	})
 
 	t.Run("unlabelled request found by the sweep", func(t *testing.T) {
-		harness.PVC(t, admin, "default", "rbac-unlabelled", nodeName)
-		_, err := kube.UpdatePvcWithAnnotations(ctx, admin, "default", "rbac-unlabelled", "",
-			kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreating, kube.AnnSpec: `{"volumeGroup":"vg1","name":"rbac-unlabelled","size":4096}`}), nil)
-		require.NoError(t, err)
+		rawRequest(t, admin, "default", "rbac-unlabelled", nodeName, `{"volumeGroup":"vg1","name":"rbac-unlabelled","size":4096}`, false)
 		ann := harness.WaitFor(t, 30*time.Second, func(ctx context.Context) (metav1.Object, error) {
 			return admin.CoreV1().PersistentVolumeClaims("default").Get(ctx, "rbac-unlabelled", metav1.GetOptions{})
 		}, func(a map[string]string) bool { return a[kube.AnnLifecycle] != kube.StateCreating })
 		assert.Equal(t, kube.StateCreated, ann[kube.AnnLifecycle], "error: %s", ann[kube.AnnError])
 		// Labelled now, it leaves the sweep, which reads it once more (get).
-		_, err = kube.UpdatePvcWithAnnotations(ctx, admin, "default", "rbac-unlabelled", "", nil,
+		_, err := kube.UpdatePvcWithAnnotations(ctx, admin, "default", "rbac-unlabelled", "", nil,
 			kube.Set(map[string]string{kube.LabelNode: kube.NodeLabelValue(nodeName)}))
 		require.NoError(t, err)
 		time.Sleep(3 * 500 * time.Millisecond) // three sweeps

@@ -23,14 +23,7 @@ func TestWatchModes(t *testing.T) {
 	for i := 0; i < 10; i++ {
 		for _, labelled := range []bool{true, false} {
 			name := fmt.Sprintf("wm-foreign-%d-%v", i, labelled)
-			harness.PVC(t, cp.Client, "default", name, "node-elsewhere")
-			var labels kube.Change
-			if labelled {
-				labels = kube.Set(map[string]string{kube.LabelNode: "node-elsewhere"})
-			}
-			_, err := kube.UpdatePvcWithAnnotations(ctx, cp.Client, "default", name, "",
-				kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreating, kube.AnnSpec: `{"volumeGroup":"vg1","name":"x","size":4096}`}), labels)
-			require.NoError(t, err)
+			rawRequest(t, cp.Client, "default", name, "node-elsewhere", `{"volumeGroup":"vg1","name":"x","size":4096}`, labelled)
 		}
 	}
 	for _, c := range []struct {
@@ -43,7 +36,7 @@ func TestWatchModes(t *testing.T) {
 		{kube.WatchAll, true, false},
 	} {
 		t.Run(string(c.mode), func(t *testing.T) {
-			addr := freeAddr(t)
+			addr := harness.FreeAddr(t)
 			n := startNode(t, "--watch-mode", string(c.mode), "--sweep-interval", "300ms", "--metrics-address", addr)
 			waitHTTP(t, addr, "/readyz", 200)
 			ns := "default"
@@ -53,12 +46,9 @@ func TestWatchModes(t *testing.T) {
 			require.NoError(t, n.create(t, ns, prefix+"-labelled", spec(prefix+"-lv1", "4Mi")))
 
 			// The original provisioner: no label.
-			harness.PVC(t, cp.Client, ns, prefix+"-unlabelled", n.name)
-			_, err := kube.UpdatePvcWithAnnotations(ctx, cp.Client, ns, prefix+"-unlabelled", "",
-				kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreating, kube.AnnSpec: `{"volumeGroup":"vg1","name":"` + prefix + `-lv2","size":4194304}`}), nil)
-			require.NoError(t, err)
+			rawRequest(t, cp.Client, ns, prefix+"-unlabelled", n.name, `{"volumeGroup":"vg1","name":"`+prefix+`-lv2","size":4194304}`, false)
 			pv := harness.PV(t, cp.Client, prefix+"-pv", n.name, kube.DefaultDriver, "")
-			_, err = kube.UpdatePvWithAnnotations(ctx, cp.Client, pv.Name, "",
+			_, err := kube.UpdatePvWithAnnotations(ctx, cp.Client, pv.Name, "",
 				kube.Set(map[string]string{kube.AnnLifecycle: kube.StateDeleting, kube.AnnSpec: "vg1/absent"}), nil)
 			require.NoError(t, err)
 			getPVC := func(ctx context.Context) (metav1.Object, error) {

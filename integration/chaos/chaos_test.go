@@ -22,7 +22,6 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
-	"path/filepath"
 	"sort"
 	"sync"
 	"testing"
@@ -82,13 +81,7 @@ func TestChaos(t *testing.T) {
 		require.NoError(t, err)
 		s.size, s.tags = lv.SizeBytes, lv.Tags
 	}
-	lvmd := lvmdfake.NewTopolvm(lvm)
-	sockDir, err := os.MkdirTemp("", "chaos")
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(sockDir) })
-	socket := filepath.Join(sockDir, "lvmd.sock")
-	require.NoError(t, lvmd.Serve(socket))
-	t.Cleanup(lvmd.Stop)
+	lvmd, socket := harness.ServeLVMD(t, lvm)
 
 	agentProc := &agentRunner{t: t, bin: harness.AgentBinary(t, t.TempDir()), args: []string{
 		"--node-name", node, "--kubeconfig", cp.Kubeconfig, "--lvmd-socket", socket, "--metrics-address", "",

@@ -11,7 +11,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/lvm-agent/lvm-agent/integration/harness"
 	"github.com/lvm-agent/lvm-agent/lvmbackend/lvmdfake"
@@ -66,7 +65,6 @@ func (a *agentRunner) kill() {
 type injector struct {
 	rng    *rand.Rand
 	cp     *harness.ControlPlane
-	probe  kubernetes.Interface
 	lvm    *lvmdfake.LVM
 	lvmd   *lvmdfake.Topolvm
 	socket string
@@ -98,15 +96,12 @@ type injector struct {
 }
 
 func newInjector(seed int64, cp *harness.ControlPlane, lvm *lvmdfake.LVM, lvmd *lvmdfake.Topolvm, socket string, a *agentRunner, logf func(string, ...any)) (*injector, error) {
-	probe, err := kubernetes.NewForConfig(cp.Config)
-	if err != nil {
-		return nil, err
-	}
 	f := &injector{rng: rand.New(rand.NewSource(seed)), hookRng: rand.New(rand.NewSource(seed + 1)),
-		cp: cp, probe: probe, lvm: lvm, lvmd: lvmd, socket: socket, agent: a, logf: logf, removes: map[string][]time.Time{}}
+		cp: cp, lvm: lvm, lvmd: lvmd, socket: socket, agent: a, logf: logf, removes: map[string][]time.Time{}}
 	f.windowCtx, f.endWindows = context.WithCancel(context.Background())
 	// What the API server serves from etcd: after each restart it must still
 	// be this object, unchanged.
+	var err error
 	f.sentinel, err = cp.Client.CoreV1().ConfigMaps("default").Create(context.Background(),
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "chaos-sentinel"}, Data: map[string]string{"seed": fmt.Sprint(seed)}}, metav1.CreateOptions{})
 	if err != nil {
@@ -249,7 +244,7 @@ func (f *injector) restartAPI(ctx context.Context, down time.Duration, crash boo
 		defer wg.Done()
 		for probeCtx.Err() == nil {
 			c, cancel := context.WithTimeout(probeCtx, time.Second)
-			if _, err := f.probe.CoreV1().Namespaces().Get(c, "default", metav1.GetOptions{}); err != nil && probeCtx.Err() == nil {
+			if _, err := f.cp.Client.CoreV1().Namespaces().Get(c, "default", metav1.GetOptions{}); err != nil && probeCtx.Err() == nil {
 				failures.Add(1)
 			}
 			cancel()

@@ -30,23 +30,12 @@ import (
 // namespace a fixed 5 s to appear, which a slow guest can miss. That one
 // failure is not fatal here: the wait for readiness below covers it.
 func StartDevCluster(assets, dir string, startTimeout time.Duration) (*ControlPlane, error) {
-	if assets == "" {
-		assets = os.Getenv("KUBEBUILDER_ASSETS")
-	}
-	for _, bin := range []string{"etcd", "kube-apiserver"} {
-		if _, err := os.Stat(filepath.Join(assets, bin)); err != nil {
-			return nil, fmt.Errorf("assets directory %q has no %s (run scripts/kube-assets.sh): %w", assets, bin, err)
-		}
-	}
 	deadline := time.Now().Add(startTimeout)
-	env := &envtest.Environment{BinaryAssetsDirectory: assets, ControlPlaneStartTimeout: startTimeout, ControlPlaneStopTimeout: time.Minute}
-	// A loopback-only host needs no endpoint reconciler (notes/dependencies.md),
-	// and an explicit advertise address: with no default route (the test VM
-	// has no NIC) kube-apiserver exits at once with "Unable to find suitable
-	// network address", and envtest retries 5 times before it says so.
+	env, err := newEnvironment(assets, startTimeout)
+	if err != nil {
+		return nil, err
+	}
 	api := env.ControlPlane.GetAPIServer().Configure()
-	api.Set("endpoint-reconciler-type", "none")
-	api.Set("advertise-address", "127.0.0.1")
 	// Under TCG on a busy machine the RBAC bootstrap (a post-start hook
 	// that writes ~100 roles through the loopback client) alone took more
 	// than 4 minutes, and /healthz, which envtest polls anonymously, fails
@@ -63,6 +52,39 @@ func StartDevCluster(assets, dir string, startTimeout time.Duration) (*ControlPl
 	api.Set("authorization-mode", "ABAC")
 	api.Set("authorization-policy-file", policy)
 	api.Set("enable-priority-and-fairness", "false")
+	return startEnvironment(env, dir, deadline)
+}
+
+// newEnvironment is an envtest environment of the etcd and kube-apiserver
+// in assets ("" means $KUBEBUILDER_ASSETS), its API server set up for a
+// loopback-only host.
+func newEnvironment(assets string, startTimeout time.Duration) (*envtest.Environment, error) {
+	if assets == "" {
+		assets = os.Getenv("KUBEBUILDER_ASSETS")
+	}
+	for _, bin := range []string{"etcd", "kube-apiserver"} {
+		if _, err := os.Stat(filepath.Join(assets, bin)); err != nil {
+			return nil, fmt.Errorf("assets directory %q has no %s (run scripts/kube-assets.sh): %w", assets, bin, err)
+		}
+	}
+	env := &envtest.Environment{BinaryAssetsDirectory: assets, ControlPlaneStartTimeout: startTimeout, ControlPlaneStopTimeout: time.Minute}
+	loopbackOnly(env.ControlPlane.GetAPIServer().Configure())
+	return env, nil
+}
+
+// loopbackOnly sets up a kube-apiserver for a loopback-only host: it needs
+// no endpoint reconciler (notes/dependencies.md), and an explicit advertise
+// address: with no default route (the test VM has no NIC) kube-apiserver
+// exits at once with "Unable to find suitable network address", and
+// envtest retries 5 times before it says so.
+func loopbackOnly(args *envtest.Arguments) {
+	args.Set("endpoint-reconciler-type", "none")
+	args.Set("advertise-address", "127.0.0.1")
+}
+
+// startEnvironment starts env, waits until it is ready (or deadline), and
+// writes an admin kubeconfig into dir; on failure it stops env.
+func startEnvironment(env *envtest.Environment, dir string, deadline time.Time) (*ControlPlane, error) {
 	if _, err := env.Start(); err != nil && env.Config == nil {
 		// The processes did not come up. (With env.Config set they did, and
 		// only the default namespace came late: WaitReady covers that.)
@@ -103,9 +125,6 @@ func finishDevCluster(env *envtest.Environment, dir string, deadline time.Time) 
 	if err != nil {
 		return nil, fmt.Errorf("admin kubeconfig: %w", err)
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
 	// Written whole or not at all: the demo waits for this file to appear.
 	path := filepath.Join(dir, "kubeconfig")
 	if err := os.WriteFile(path+".tmp", kc, 0o600); err != nil {
@@ -137,7 +156,7 @@ func WaitReady(ctx context.Context, c kubernetes.Interface) error {
 }
 
 // NewPVC is the PVC that PVC creates: selected-node is node, as a scheduler
-// would set it. (fixtures.go's PVC could build its object here.)
+// would set it.
 func NewPVC(ns, name, node string) *corev1.PersistentVolumeClaim {
 	return &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: map[string]string{kube.AnnSelectedNode: node}},
@@ -150,8 +169,7 @@ func NewPVC(ns, name, node string) *corev1.PersistentVolumeClaim {
 
 // NewPV is a CSI PV of driver pinned to node by node affinity and bound to
 // claim (nil: unbound), as a CSI provisioner makes it; spec, when not empty,
-// is the volume.spec annotation ("<vg>/<lv>"). (fixtures.go's PV could build
-// its object here.)
+// is the volume.spec annotation ("<vg>/<lv>").
 func NewPV(name, node, driver string, claim *corev1.PersistentVolumeClaim, spec string) *corev1.PersistentVolume {
 	pv := &corev1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: name},

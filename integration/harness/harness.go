@@ -6,6 +6,8 @@ package harness
 import (
 	"bytes"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +18,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/lvm-agent/lvm-agent/lvmbackend/lvmdfake"
 )
 
 // TB is the part of testing.TB the harness needs, so that TestMain and
@@ -27,6 +31,40 @@ type TB interface {
 	Cleanup(func())
 	TempDir() string
 	Failed() bool
+}
+
+// ProgramTB is a TB for code outside a test, a TestMain or a program: a
+// failure panics, Logf writes to Log, and the cleanups and temporary
+// directories wait for Close.
+type ProgramTB struct {
+	Log      io.Writer
+	cleanups []func()
+	dirs     []string
+}
+
+func (p *ProgramTB) Helper()                   {}
+func (p *ProgramTB) Fatalf(f string, a ...any) { panic(fmt.Sprintf(f, a...)) }
+func (p *ProgramTB) Logf(f string, a ...any)   { fmt.Fprintf(p.Log, f+"\n", a...) }
+func (p *ProgramTB) Cleanup(f func())          { p.cleanups = append(p.cleanups, f) }
+func (p *ProgramTB) Failed() bool              { return false }
+
+func (p *ProgramTB) TempDir() string {
+	d, err := os.MkdirTemp("", "lvm-agent")
+	if err != nil {
+		panic(err)
+	}
+	p.dirs = append(p.dirs, d)
+	return d
+}
+
+// Close runs the cleanups, last first, and removes the temporary directories.
+func (p *ProgramTB) Close() {
+	for i := len(p.cleanups) - 1; i >= 0; i-- {
+		p.cleanups[i]()
+	}
+	for _, d := range p.dirs {
+		os.RemoveAll(d)
+	}
 }
 
 // ControlPlane is a running etcd + kube-apiserver.
@@ -122,4 +160,35 @@ func (p *Process) Signal(sig syscall.Signal, timeout time.Duration) (int, error)
 		return -1, p.err
 	}
 	return p.Cmd.ProcessState.ExitCode(), nil
+}
+
+// ServeLVMD serves lvm as topolvm's lvmd (the fake) on a unix socket until
+// the test ends, and returns the server and the socket's path. The socket
+// is in a directory of its own under $TMPDIR: a test's TempDir, named after
+// the test, can make a path longer than a unix socket's 108 bytes.
+func ServeLVMD(t TB, lvm *lvmdfake.LVM) (*lvmdfake.Topolvm, string) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "lvmd")
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	srv := lvmdfake.NewTopolvm(lvm)
+	socket := filepath.Join(dir, "lvmd.sock")
+	if err := srv.Serve(socket); err != nil {
+		t.Fatalf("serve the fake lvmd: %v", err)
+	}
+	t.Cleanup(srv.Stop)
+	return srv, socket
+}
+
+// FreeAddr is a loopback address with a port free at the time of the call.
+func FreeAddr(t TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }

@@ -34,19 +34,14 @@ type Options struct {
 // configured like StartDevCluster's but for o, and stops it when the test ends.
 func StartControlPlaneWith(t TB, startTimeout time.Duration, o Options) *ControlPlane {
 	t.Helper()
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	for _, bin := range []string{"etcd", "kube-apiserver"} {
-		if _, err := os.Stat(filepath.Join(assets, bin)); err != nil {
-			t.Fatalf("assets directory %q has no %s (run scripts/kube-assets.sh): %v", assets, bin, err)
-		}
-	}
 	dir := t.TempDir()
 	deadline := time.Now().Add(startTimeout)
-	env := &envtest.Environment{BinaryAssetsDirectory: assets, ControlPlaneStartTimeout: startTimeout, ControlPlaneStopTimeout: time.Minute}
+	env, err := newEnvironment("", startTimeout)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
 	api := env.ControlPlane.GetAPIServer()
 	args := api.Configure()
-	args.Set("endpoint-reconciler-type", "none")
-	args.Set("advertise-address", "127.0.0.1")
 	if o.Authorization != "" {
 		args.Set("authorization-mode", o.Authorization)
 	}
@@ -59,13 +54,8 @@ func StartControlPlaneWith(t TB, startTimeout time.Duration, o Options) *Control
 			t.Fatalf("%v", err)
 		}
 	}
-	if _, err := env.Start(); err != nil && env.Config == nil {
-		_ = env.Stop()
-		t.Fatalf("start etcd + kube-apiserver: %v", err)
-	}
-	cp, err := finishDevCluster(env, dir, deadline)
+	cp, err := startEnvironment(env, dir, deadline)
 	if err != nil {
-		_ = env.Stop()
 		t.Fatalf("%v", err)
 	}
 	t.Cleanup(func() { _ = env.Stop() })
@@ -152,8 +142,7 @@ func (cp *ControlPlane) StartObserver(t TB) *rest.Config {
 		t.Fatalf("%v", err)
 	}
 	args := obs.Configure()
-	args.Set("endpoint-reconciler-type", "none")
-	args.Set("advertise-address", "127.0.0.1")
+	loopbackOnly(args)
 	args.Set("watch-cache", "false")
 	args.Set("shutdown-watch-termination-grace-period", "5s")
 	if err := obs.Start(); err != nil {

@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -32,24 +30,15 @@ type agentProc struct {
 
 // startAgent starts a fake lvmd (one thick device class "vg1" of 64 TiB:
 // every LV of a row fits) and the agent for benchNode.
-func startAgent(tb harness.TB, bin, kubeconfig, mode string, cfg config) (*agentProc, error) {
-	a := &agentProc{lvm: lvmdfake.NewLVM(lvmdfake.Class{Name: "vg1", SizeBytes: 64 << 40})}
-	a.lvmd = lvmdfake.NewTopolvm(a.lvm)
-	socket := filepath.Join(tb.TempDir(), "lvmd.sock")
-	if err := a.lvmd.Serve(socket); err != nil {
-		return nil, err
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	a.addr = l.Addr().String()
-	l.Close()
+func startAgent(tb harness.TB, bin, kubeconfig, mode string, cfg config) *agentProc {
+	a := &agentProc{lvm: lvmdfake.NewLVM(lvmdfake.Class{Name: "vg1", SizeBytes: 64 << 40}), addr: harness.FreeAddr(tb)}
+	var socket string
+	a.lvmd, socket = harness.ServeLVMD(tb, a.lvm)
 	args := append([]string{"--node-name", benchNode, "--kubeconfig", kubeconfig, "--lvmd-socket", socket,
 		"--metrics-address", a.addr, "--watch-mode", mode, "--sweep-interval", cfg.sweepInterval.String()}, cfg.agentArgs...)
 	a.started = time.Now()
 	a.proc = harness.StartAgent(tb, bin, args...)
-	return a, nil
+	return a
 }
 
 // waitReady polls /readyz (the informers synced and lvmd reachable) and
@@ -147,21 +136,21 @@ func (a *agentProc) waitMetric(ctx context.Context, name string, want float64, t
 func (m metrics) sum(name string, match ...string) float64 {
 	total := 0.0
 	for series, v := range m {
-		if series != name && !strings.HasPrefix(series, name+"{") {
-			continue
-		}
-		ok := true
-		for _, want := range match {
-			if !strings.Contains(series, want) {
-				ok = false
-				break
-			}
-		}
-		if ok {
+		if (series == name || strings.HasPrefix(series, name+"{")) && hasLabels(series, match) {
 			total += v
 		}
 	}
 	return total
+}
+
+// hasLabels tells whether series has every one of match (each `key="value"`).
+func hasLabels(series string, match []string) bool {
+	for _, want := range match {
+		if !strings.Contains(series, want) {
+			return false
+		}
+	}
+	return true
 }
 
 // sub is m - base, series by series.
@@ -188,17 +177,8 @@ func (m metrics) quantile(name string, q float64, match ...string) time.Duration
 	type bucket struct{ le, n float64 }
 	var bs []bucket
 	for series, v := range m {
-		if !strings.HasPrefix(series, name+"_bucket{") {
-			continue
-		}
-		ok := true
-		for _, want := range match {
-			if !strings.Contains(series, want) {
-				ok = false
-			}
-		}
 		i := strings.Index(series, `le="`)
-		if !ok || i < 0 {
+		if !strings.HasPrefix(series, name+"_bucket{") || !hasLabels(series, match) || i < 0 {
 			continue
 		}
 		le := series[i+4:]
@@ -245,11 +225,7 @@ type lvmdCosts struct {
 func lvmdCalls(tb harness.TB, n int) (lvmdCosts, error) {
 	var c lvmdCosts
 	lvm := lvmdfake.NewLVM(lvmdfake.Class{Name: "vg1", SizeBytes: 64 << 40})
-	srv := lvmdfake.NewTopolvm(lvm)
-	socket := filepath.Join(tb.TempDir(), "lvmd.sock")
-	if err := srv.Serve(socket); err != nil {
-		return c, err
-	}
+	srv, socket := harness.ServeLVMD(tb, lvm)
 	defer srv.Stop()
 	b, err := lvmbackend.NewTopolvm(socket)
 	if err != nil {

@@ -11,7 +11,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -146,7 +145,6 @@ func foreignPV(i int, claim *corev1.PersistentVolumeClaim, unlabelledFrac float6
 	if !unlabelled(i, unlabelledFrac) {
 		pv.Labels = map[string]string{kube.LabelNode: kube.NodeLabelValue(node)}
 	}
-	pv.Spec.Capacity[corev1.ResourceStorage] = resource.MustParse("1Gi")
 	return pv
 }
 

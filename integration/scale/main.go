@@ -72,7 +72,7 @@ func main() {
 	}
 	cfg.modes = split(*modes)
 	for _, s := range split(*latencies) {
-		d, err := parseDuration(s)
+		d, err := time.ParseDuration(s)
 		if err != nil {
 			fatal("-lvmd-latency: %v", err)
 		}
@@ -100,8 +100,8 @@ func main() {
 // run makes the cluster, then each row; progress goes to log.
 func run(ctx context.Context, cfg config, log io.Writer) ([]*row, lvmdCosts, error) {
 	var lvmd lvmdCosts
-	tb := &programTB{log: log}
-	defer tb.cleanup()
+	tb := &harness.ProgramTB{Log: log}
+	defer tb.Close()
 	start := time.Now()
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(log, "[%6.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
@@ -189,44 +189,7 @@ func split(s string) []string {
 	return out
 }
 
-func parseDuration(s string) (time.Duration, error) {
-	if s == "0" {
-		return 0, nil
-	}
-	return time.ParseDuration(s)
-}
-
 func fatal(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "scale: "+format+"\n", args...)
 	os.Exit(1)
-}
-
-// programTB lets the harness run in a program: a failure aborts the run.
-type programTB struct {
-	log      io.Writer
-	cleanups []func()
-	dirs     []string
-}
-
-func (p *programTB) Helper()                   {}
-func (p *programTB) Fatalf(f string, a ...any) { panic(fmt.Sprintf(f, a...)) }
-func (p *programTB) Logf(f string, a ...any)   { fmt.Fprintf(p.log, f+"\n", a...) }
-func (p *programTB) Cleanup(f func())          { p.cleanups = append(p.cleanups, f) }
-func (p *programTB) Failed() bool              { return false }
-func (p *programTB) TempDir() string {
-	d, err := os.MkdirTemp("", "lvm-agent-scale")
-	if err != nil {
-		panic(err)
-	}
-	p.dirs = append(p.dirs, d)
-	return d
-}
-
-func (p *programTB) cleanup() {
-	for i := len(p.cleanups) - 1; i >= 0; i-- {
-		p.cleanups[i]()
-	}
-	for _, d := range p.dirs {
-		os.RemoveAll(d)
-	}
 }

@@ -50,10 +50,7 @@ func runRow(ctx context.Context, cl *cluster, tb harness.TB, bin, mode string, f
 		}
 	}()
 
-	a, err := startAgent(tb, bin, cl.cp.Kubeconfig, mode, cl.cfg)
-	if err != nil {
-		return nil, err
-	}
+	a := startAgent(tb, bin, cl.cp.Kubeconfig, mode, cl.cfg)
 	defer func() {
 		a.stop()
 		if cl.cfg.verbose {
@@ -69,15 +66,10 @@ func runRow(ctx context.Context, cl *cluster, tb harness.TB, bin, mode string, f
 			return nil, err
 		}
 	}
-	time.Sleep(time.Second) // let the garbage of the initial lists settle into the figures
-	if r.sync, err = a.stats(); err != nil {
-		return nil, err
-	}
-	m0, err := a.scrape()
+	m0, err := r.sample(a)
 	if err != nil {
 		return nil, err
 	}
-	r.syncObjs, r.syncForeign, r.syncMB = received(m0)
 	logf("  ready in %v, RSS %.1f MiB (peak %.1f), %.0f objects received (%.0f foreign), %.1f MB",
 		r.ready.Round(time.Millisecond), r.sync.rssMiB, r.sync.hwmMiB, r.syncObjs, r.syncForeign, r.syncMB)
 	rowStart := time.Now()
@@ -186,15 +178,24 @@ func runRow(ctx context.Context, cl *cluster, tb harness.TB, bin, mode string, f
 // syncOnly starts an agent and measures its start only: a variant's row.
 func syncOnly(ctx context.Context, cl *cluster, tb harness.TB, bin, mode string, cfg config) (*row, error) {
 	r := &row{mode: mode, foreign: cl.have, variant: true}
-	a, err := startAgent(tb, bin, cl.cp.Kubeconfig, mode, cfg)
-	if err != nil {
-		return nil, err
-	}
+	a := startAgent(tb, bin, cl.cp.Kubeconfig, mode, cfg)
 	defer a.stop()
+	var err error
 	if r.ready, err = a.waitReady(ctx, 10*time.Minute); err != nil {
 		return nil, err
 	}
+	if _, err := r.sample(a); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// sample takes the figures of the agent's start into r, a second after it
+// is ready (the garbage of the initial lists settled), and returns the
+// scrape they came from.
+func (r *row) sample(a *agentProc) (metrics, error) {
 	time.Sleep(time.Second)
+	var err error
 	if r.sync, err = a.stats(); err != nil {
 		return nil, err
 	}
@@ -203,7 +204,7 @@ func syncOnly(ctx context.Context, cl *cluster, tb harness.TB, bin, mode string,
 		return nil, err
 	}
 	r.syncObjs, r.syncForeign, r.syncMB = received(m)
-	return r, nil
+	return m, nil
 }
 
 // agentTime is the p50 and p99 of the agent's own time per request since
