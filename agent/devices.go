@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -53,39 +54,21 @@ func NewDevices(dm *devmapper.Control, reg prometheus.Registerer) *Devices {
 	return d
 }
 
-// find returns the device-mapper device of an LV by its device numbers.
-func (d *Devices) find(ctx context.Context, major, minor uint32) (*devmapper.Device, error) {
-	devs, err := d.dm.List(ctx)
-	if err != nil {
-		return nil, err
-	}
-	for i := range devs {
-		if devs[i].Major == major && devs[i].Minor == minor {
-			return &devs[i], nil
-		}
-	}
-	return nil, nil
-}
-
 // confirmActive checks that a created LV's device exists with a live,
-// unsuspended table. lvmd reports the numbers; 0:0 means it reported none.
+// unsuspended table: one query by the device numbers lvmd reports (0:0
+// means it reported none).
 func (d *Devices) confirmActive(ctx context.Context, lv *lvmbackend.Volume) error {
 	if d == nil || lv == nil || lv.DevMajor == 0 && lv.DevMinor == 0 {
 		return nil
 	}
-	dev, err := d.find(ctx, lv.DevMajor, lv.DevMinor)
-	if err != nil {
-		return fmt.Errorf("device-mapper check of LV %s: %w", lv.Name, err)
-	}
-	if dev == nil {
+	info, err := d.dm.InfoByDevice(ctx, lv.DevMajor, lv.DevMinor)
+	switch {
+	case errors.Is(err, devmapper.ErrNotFound):
 		return fmt.Errorf("LV %s was created, but its device %d:%d is not in device-mapper", lv.Name, lv.DevMajor, lv.DevMinor)
-	}
-	info, err := d.dm.Info(ctx, dev.Name)
-	if err != nil {
-		return fmt.Errorf("device-mapper check of LV %s (%s): %w", lv.Name, dev.Name, err)
-	}
-	if !info.LiveTable || info.Suspended {
-		return fmt.Errorf("LV %s was created, but its device %s is not active (state %s)", lv.Name, dev.Name, info.Attr())
+	case err != nil:
+		return fmt.Errorf("device-mapper check of LV %s: %w", lv.Name, err)
+	case !info.LiveTable || info.Suspended:
+		return fmt.Errorf("LV %s was created, but its device %s is not active (state %s)", lv.Name, info.Name, info.Attr())
 	}
 	return nil
 }
@@ -95,10 +78,11 @@ func (d *Devices) name(ctx context.Context, lv *lvmbackend.Volume) string {
 	if d == nil || lv.DevMajor == 0 && lv.DevMinor == 0 {
 		return ""
 	}
-	if dev, err := d.find(ctx, lv.DevMajor, lv.DevMinor); err == nil && dev != nil {
-		return dev.Name
+	info, err := d.dm.InfoByDevice(ctx, lv.DevMajor, lv.DevMinor)
+	if err != nil {
+		return ""
 	}
-	return ""
+	return info.Name
 }
 
 // gone reports whether a device name has left device-mapper.

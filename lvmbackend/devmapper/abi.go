@@ -134,6 +134,8 @@ var ioctlNames = map[uintptr]string{
 type request struct {
 	name  string
 	flags uint32
+	// dev names the device by number (encodeDev form) when name is empty.
+	dev uint64
 }
 
 // encodeRequest writes a request header at the start of buf, which must be
@@ -147,6 +149,7 @@ func encodeRequest(buf []byte, r request) {
 	ne.PutUint32(buf[offDataSize:], uint32(len(buf)))
 	ne.PutUint32(buf[offDataStart:], sizeofDmIoctl)
 	ne.PutUint32(buf[offFlags:], r.flags)
+	ne.PutUint64(buf[offDev:], r.dev)
 	copy(buf[offName:offName+nameLen-1], r.name)
 }
 

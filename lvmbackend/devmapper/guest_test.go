@@ -71,6 +71,13 @@ func TestGuest(t *testing.T) {
 				if got := infoRowOf(info); got != row {
 					return fmt.Errorf("%s: Info %+v, dmsetup %+v", d.Name, got, row)
 				}
+				byDev, err := ctl.InfoByDevice(ctx, d.Major, d.Minor)
+				if err != nil {
+					return fmt.Errorf("%s: InfoByDevice(%d, %d): %w", d.Name, d.Major, d.Minor, err)
+				}
+				if byDev != info {
+					return fmt.Errorf("%s: InfoByDevice %+v, Info %+v", d.Name, byDev, info)
+				}
 				if d.EventNrKnown && d.EventNr != row.events {
 					return fmt.Errorf("%s: List event_nr %d, dmsetup %d", d.Name, d.EventNr, row.events)
 				}
@@ -200,6 +207,8 @@ func TestGuest(t *testing.T) {
 		_, err := ctl.Info(ctx, fx.prefix+"-does-not-exist")
 		require.ErrorIs(t, err, ErrNotFound)
 		_, err = ctl.Status(ctx, fx.prefix+"-does-not-exist")
+		require.ErrorIs(t, err, ErrNotFound)
+		_, err = ctl.InfoByDevice(ctx, 253, 1<<19) // a minor no device has
 		require.ErrorIs(t, err, ErrNotFound)
 	})
 }

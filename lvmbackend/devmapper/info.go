@@ -68,8 +68,21 @@ func (c *Control) Info(ctx context.Context, name string) (Info, error) {
 	if err := checkName("DM_DEV_STATUS", name); err != nil {
 		return Info{}, err
 	}
+	return c.devStatus(ctx, request{name: name})
+}
+
+// InfoByDevice returns the state of the device with these numbers, name
+// included: one DM_DEV_STATUS that names the device by dev_t (the kernel
+// looks a device up by number when the request carries no name or uuid),
+// instead of a List and an Info. A missing device is an *Error with Kind
+// ErrNotFound.
+func (c *Control) InfoByDevice(ctx context.Context, major, minor uint32) (Info, error) {
+	return c.devStatus(ctx, request{dev: encodeDev(major, minor)})
+}
+
+func (c *Control) devStatus(ctx context.Context, req request) (Info, error) {
 	// DM_DEV_STATUS returns the header only, so the header is the buffer.
-	r, err := c.roundTrip(ctx, ioctlDevStatus, request{name: name}, sizeofDmIoctl)
+	r, err := c.roundTrip(ctx, ioctlDevStatus, req, sizeofDmIoctl)
 	if err != nil {
 		return Info{}, err
 	}

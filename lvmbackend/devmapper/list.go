@@ -128,3 +128,8 @@ func decodeDev(dev uint64) (major, minor uint32) {
 	minor = uint32(dev&0xff) | uint32((dev>>12)&0xfff00)
 	return major, minor
 }
+
+// encodeDev is decodeDev's inverse.
+func encodeDev(major, minor uint32) uint64 {
+	return uint64(minor&0xff) | uint64(major&0xfff)<<8 | uint64(minor&^0xff)<<12
+}

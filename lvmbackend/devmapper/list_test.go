@@ -121,5 +121,6 @@ func TestDecodeDevMatchesKernelEncoding(t *testing.T) {
 		major, minor := decodeDev(tt.dev)
 		assert.Equal(t, tt.major, major, "major of %#x", tt.dev)
 		assert.Equal(t, tt.minor, minor, "minor of %#x", tt.dev)
+		assert.Equal(t, tt.dev, encodeDev(tt.major, tt.minor), "encodeDev(%d, %d)", tt.major, tt.minor)
 	}
 }

@@ -153,6 +153,20 @@ func TestInfoDecodesHeader(t *testing.T) {
 	assert.Equal(t, "vg0-thin1", c.name())
 }
 
+// InfoByDevice names the device by dev_t and no name; the kernel's reply
+// carries the name.
+func TestInfoByDevice(t *testing.T) {
+	k := replies(t, kernelReply(kernelHeader{version: v4_48, dataSize: 305, flags: dmActivePresent, dev: 0x10fd2c, name: "vg0-lv300"}, nil))
+	got, err := k.control().InfoByDevice(context.Background(), 253, 300)
+	require.NoError(t, err)
+	assert.Equal(t, Info{Name: "vg0-lv300", Major: 253, Minor: 300, LiveTable: true}, got)
+
+	c := k.call(0)
+	assert.Equal(t, uintptr(0xc138fd07), c.req, "DM_DEV_STATUS")
+	assert.Empty(t, c.name())
+	assert.Equal(t, uint64(0x10fd2c), binary.NativeEndian.Uint64(c.in[40:]), "dev")
+}
+
 func TestInfoAttr(t *testing.T) {
 	tests := []struct {
 		info Info
