@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
-# Builds a real etcd and kube-apiserver from the Go module proxy into a cache
-# keyed by version, and prints the directory that holds them (usable as
-# KUBEBUILDER_ASSETS). Skips the build when the cached binaries exist.
+# Builds a real etcd and Kubernetes components from the Go module proxy into a
+# cache keyed by version, and prints the directory that holds them (usable as
+# KUBEBUILDER_ASSETS). Skips a build when its cached binary exists.
+#
+#   scripts/kube-assets.sh [COMPONENT...]
+#
+# etcd and kube-apiserver are always built; COMPONENT adds any of
+# kube-scheduler, kube-controller-manager, kubelet, kubectl (each a few
+# seconds to ~1.5 min once kube-apiserver's build cache is warm). Concurrent
+# callers wait for each other (flock) instead of building the same binary twice.
 set -euo pipefail
 
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
@@ -23,8 +30,11 @@ build_etcd() {
   mv "$OUT/etcd.tmp" "$OUT/etcd"
 }
 
-build_apiserver() {
-  [ -x "$OUT/kube-apiserver" ] && return
+# build_kube NAME: k8s.io/kubernetes/cmd/NAME, from one wrapper module whose
+# staging modules point at the published versions.
+build_kube() {
+  local name=$1
+  [ -x "$OUT/$name" ] && return
   local w=$CACHE/src/kube-$KUBE_VERSION staging=v0${KUBE_VERSION#v1}
   mkdir -p "$w" && cd "$w"
   if [ ! -f go.mod ]; then
@@ -36,14 +46,23 @@ build_apiserver() {
       grep -vE 'sample-(cli-plugin|controller)' |
       while read -r m; do go mod edit -replace "$m=$m@$staging"; done
   fi
-  log "building kube-apiserver $KUBE_VERSION (cold: 8-20 min)"
-  go get -tool "k8s.io/kubernetes/cmd/kube-apiserver@$KUBE_VERSION" >/dev/null 2>&1
+  local pkg=k8s.io/kubernetes/cmd/$name
+  log "building $name $KUBE_VERSION$([ "$name" = kube-apiserver ] && echo ' (cold: 3-20 min)')"
+  go get -tool "$pkg@$KUBE_VERSION" >/dev/null 2>&1
   go build -trimpath -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(echo "$KUBE_VERSION" | cut -d. -f2)" \
-    -o "$OUT/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
-  mv "$OUT/kube-apiserver.tmp" "$OUT/kube-apiserver"
+    -o "$OUT/$name.tmp" "$pkg"
+  mv "$OUT/$name.tmp" "$OUT/$name"
 }
 
 mkdir -p "$OUT"
+exec 9>"$OUT/.lock"
+flock 9
 build_etcd
-build_apiserver
+build_kube kube-apiserver
+for c in "$@"; do
+  case $c in
+    kube-scheduler | kube-controller-manager | kubelet | kubectl) build_kube "$c" ;;
+    *) log "unknown component $c"; exit 2 ;;
+  esac
+done
 echo "$OUT"

@@ -19,14 +19,15 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CACHE=${LVM_AGENT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lvm-agent}
+RUN=${LVM_AGENT_RUN:-$CACHE/run}
 usage() { sed -n '2,18s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2; }
 kind=${1:-}
 # bins: what the guest gets.
 case $kind in
   lvm) bins=(etcd kube-apiserver lvmd google-lvmd lvm-agent guest.test)
-       timeout=3600 mem=3G share=$CACHE/run/bench-results table=bench.txt ;;
+       timeout=3600 mem=3G share=$RUN/bench-results table=bench.txt ;;
   dm) bins=(devmapper.test)
-      timeout=1200 mem=2G share=$CACHE/run/bench-dm-results table=bench-dm.txt ;;
+      timeout=1200 mem=2G share=$RUN/bench-dm-results table=bench-dm.txt ;;
   *) usage ;;
 esac
 shift

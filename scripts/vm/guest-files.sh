@@ -23,7 +23,10 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 CACHE=${LVM_AGENT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lvm-agent}
-OUT=$CACHE/bin
+# LVM_AGENT_BIN and LVM_AGENT_RUN keep two checkouts on one machine from
+# sharing built binaries and run folders.
+OUT=${LVM_AGENT_BIN:-$CACHE/bin}
+RUN=${LVM_AGENT_RUN:-$CACHE/run}
 log() { echo "guest-files: $*" >&2; }
 
 mkdir -p "$OUT"
@@ -74,8 +77,8 @@ if [ -z "$stage" ]; then
   echo "$OUT"
   exit $rc
 fi
-mkdir -p "$CACHE/run"
-dir=$(mktemp -d "$CACHE/run/files.XXXXXX")
+mkdir -p "$RUN"
+dir=$(mktemp -d "$RUN/files.XXXXXX")
 for w in "${want[@]}"; do
   [ ! -f "$OUT/$w" ] || ln "$OUT/$w" "$dir/$w"
 done

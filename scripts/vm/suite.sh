@@ -15,6 +15,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CACHE=${LVM_AGENT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lvm-agent}
+RUN=${LVM_AGENT_RUN:-$CACHE/run}
 timeout=1800
 while [ $# -gt 0 ]; do
   case $1 in
@@ -32,7 +33,7 @@ files=$("$here/guest-files.sh" --stage etcd kube-apiserver lvmd google-lvmd lvm-
   log "some binaries did not build (see above); running the rest"
 [ -n "$files" ] || { log "FAIL: the guest's binaries could not be built"; exit 1; }
 trap 'rm -rf "$files"' EXIT
-share=$CACHE/run/suite-results
+share=$RUN/suite-results
 rm -rf "$share" && mkdir -p "$share"
 # TCG runs several times slower on a busy host: the load explains the times.
 log "built in $((SECONDS - t0)) s; booting the guest (host load: $(cut -d' ' -f1-3 /proc/loadavg))"
