@@ -15,10 +15,13 @@ const Prefix = "pv.csi.alibabacloud.com/"
 
 // Protocol keys (PROTOCOL.md).
 const (
-	AnnLifecycle    = Prefix + "volume.lifecycle"
-	AnnSpec         = Prefix + "volume.spec"
-	AnnError        = Prefix + "volume.error"
-	AnnReason       = Prefix + "volume.reason"
+	AnnLifecycle = Prefix + "volume.lifecycle"
+	AnnSpec      = Prefix + "volume.spec"
+	AnnError     = Prefix + "volume.error"
+	AnnReason    = Prefix + "volume.reason"
+	// AnnDevice is written by the agent with "created": the LV's device
+	// path on the node, so that a provisioner never derives it.
+	AnnDevice       = Prefix + "volume.device"
 	LabelNode       = Prefix + "volume.node"
 	AnnSelectedNode = "volume.kubernetes.io/selected-node"
 )
@@ -40,6 +43,10 @@ const (
 	ReasonNameConflict         = "NameConflict"
 	ReasonProtected            = "Protected"
 )
+
+// RetainedTag is the LVM tag the provisioner puts on the LVs of StorageClasses
+// with reclaimPolicy Retain: the orphan collector never removes such an LV.
+const RetainedTag = "lvm-agent.retained"
 
 // DefaultDriver is the CSI driver whose PVs the agent serves by default.
 const DefaultDriver = "localplugin.csi.alibabacloud.com"

@@ -43,6 +43,9 @@ type Volume struct {
 	DevMajor, DevMinor uint32
 	// Attr is lvm's lv_attr string when the dialect reports it ("" otherwise).
 	Attr string
+	// Origin is the LV this one is a snapshot of, and Pool the thin pool of a
+	// thin volume, when the reader knows them ("" otherwise).
+	Origin, Pool string
 }
 
 // HasTag reports whether the volume carries tag.
