@@ -32,6 +32,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/restmapper"
+
+	"github.com/lvm-agent/lvm-agent/integration/harness"
 )
 
 // deployDir is the repository's deploy/ ($LVM_AGENT_DEPLOY_DIR to test a copy).
@@ -310,7 +312,8 @@ func renderKustomization(t *testing.T, dir string) []*unstructured.Unstructured 
 }
 
 var clusterScoped = map[string]bool{"Namespace": true, "ClusterRole": true, "ClusterRoleBinding": true,
-	"PriorityClass": true, "StorageClass": true, "CSIDriver": true, "CustomResourceDefinition": true}
+	"PriorityClass": true, "StorageClass": true, "CSIDriver": true, "CustomResourceDefinition": true,
+	"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true}
 
 func readManifests(t *testing.T, path string) []*unstructured.Unstructured {
 	t.Helper()
@@ -375,19 +378,27 @@ func strictYAML(t *testing.T, data []byte, into any) {
 // field validation: the API server validates and admits them, stores nothing.
 func dryRunApply(t *testing.T, objs []*unstructured.Unstructured) {
 	t.Helper()
+	serverSideApply(t, cp, objs, metav1.DryRunAll)
+}
+
+// serverSideApply server-side applies every object to c with strict field
+// validation, as "kubectl apply --server-side" would; dryRun, when not
+// empty, is the dryRun option.
+func serverSideApply(t *testing.T, c *harness.ControlPlane, objs []*unstructured.Unstructured, dryRun ...string) {
+	t.Helper()
 	ctx := context.Background()
 	// Namespaced objects need their namespace to exist, even in a dry run.
 	for _, o := range objs {
 		if o.GetKind() == "Namespace" {
-			_, err := cp.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: o.GetName()}}, metav1.CreateOptions{})
+			_, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: o.GetName()}}, metav1.CreateOptions{})
 			if !apierrors.IsAlreadyExists(err) {
 				require.NoError(t, err)
 			}
 		}
 	}
-	dyn, err := dynamic.NewForConfig(cp.Config)
+	dyn, err := dynamic.NewForConfig(c.Config)
 	require.NoError(t, err)
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(cp.Client.Discovery()))
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(c.Client.Discovery()))
 	force := true
 	for _, o := range objs {
 		gvk := o.GroupVersionKind()
@@ -403,9 +414,9 @@ func dryRunApply(t *testing.T, objs []*unstructured.Unstructured) {
 		data, err := o.MarshalJSON()
 		require.NoError(t, err)
 		_, err = r.Patch(ctx, o.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{
-			DryRun: []string{metav1.DryRunAll}, FieldManager: "lvm-agent-deploy-test", Force: &force,
+			DryRun: dryRun, FieldManager: "lvm-agent-deploy-test", Force: &force,
 			FieldValidation: metav1.FieldValidationStrict})
-		require.NoError(t, err, "dry-run apply of %s %s", gvk.Kind, o.GetName())
+		require.NoError(t, err, "apply (dry run %v) of %s %s", dryRun, gvk.Kind, o.GetName())
 	}
 }
 

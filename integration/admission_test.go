@@ -1,0 +1,272 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/lvm-agent/lvm-agent/integration/harness"
+	"github.com/lvm-agent/lvm-agent/kube"
+)
+
+const (
+	agentUser       = "system:serviceaccount:lvm-agent:lvm-agent"
+	provisionerUser = "system:serviceaccount:lvm-agent:lvm-agent-provisioner"
+	adminGroup      = "lvm-agent:admins"
+	// What the API server puts before every message of ours.
+	deniedProtocol = "ValidatingAdmissionPolicy 'lvm-agent-protocol' with binding 'lvm-agent-protocol' denied request: "
+	deniedNode     = "ValidatingAdmissionPolicy 'lvm-agent-node' with binding 'lvm-agent-node' denied request: "
+)
+
+// deploy/base/admission.yaml on a real API server: each identity may write
+// exactly its part of the protocol, and the refusals say so. The policies
+// bind every user, so this test runs a control plane of its own.
+func TestAdmission(t *testing.T) {
+	ctx := context.Background()
+	acp := harness.StartControlPlaneWith(t, 2*time.Minute, harness.Options{Authorization: "RBAC"})
+	admin := acp.Client
+	applyRBAC(t, admin) // the agent's ServiceAccount and role
+	_, err := admin.CoreV1().ServiceAccounts("lvm-agent").Create(ctx,
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "lvm-agent-provisioner"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	// RBAC lets every authenticated user write PVCs, PVs and Nodes: what
+	// is refused below is refused by admission.
+	_, err = admin.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "admission-test"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims", "persistentvolumes", "nodes"},
+			Verbs: []string{"get", "create", "update", "patch"}}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "admission-test"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "admission-test"},
+		Subjects:   []rbacv1.Subject{{Kind: "Group", APIGroup: rbacv1.GroupName, Name: "system:authenticated"}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	serverSideApply(t, acp, readManifests(t, filepath.Join(deployDir(), "base", "admission.yaml")))
+
+	for _, n := range []string{"adm-node-a", "adm-node-b"} {
+		_, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	alice := impersonate(t, acp, "alice")
+	bob := impersonate(t, acp, "bob", adminGroup)
+	provisioner := tokenClient(t, acp, "lvm-agent-provisioner", nil)
+	agentOnA := tokenClient(t, acp, "lvm-agent", agentPod(t, admin, "adm-node-a"))
+	unboundAgent := tokenClient(t, acp, "lvm-agent", nil)
+
+	// The policies take effect a moment after they are stored.
+	harness.PVC(t, admin, "default", "adm-probe", "adm-node-a")
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := alice.CoreV1().PersistentVolumeClaims("default").Patch(ctx, "adm-probe", types.MergePatchType,
+			[]byte(`{"metadata":{"annotations":{"`+kube.AnnLifecycle+`":"creating"}}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		return apierrors.IsForbidden(err), nil
+	}), "the policy never refused a request")
+
+	request := kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreating, kube.AnnSpec: `{"volumeGroup":"vg1","name":"x","size":4096}`})
+	created := kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreated, kube.AnnDevice: "/dev/vg1/x"}).Remove(kube.AnnError, kube.AnnReason)
+	pvcPatch := func(c kubernetes.Interface, name string, ann kube.Change) error {
+		_, err := kube.UpdatePvcWithAnnotations(ctx, c, "default", name, "", ann, nil)
+		return err
+	}
+	pvPatch := func(c kubernetes.Interface, name string, ann kube.Change) error {
+		_, err := kube.UpdatePvWithAnnotations(ctx, c, name, "", ann, nil)
+		return err
+	}
+	harness.PVC(t, admin, "default", "adm-vol", "adm-node-a")
+	pvc, err := admin.CoreV1().PersistentVolumeClaims("default").Get(ctx, "adm-vol", metav1.GetOptions{})
+	require.NoError(t, err)
+	_, err = admin.CoreV1().PersistentVolumes().Create(ctx, harness.NewPV("adm-pv", "adm-node-a", kube.DefaultDriver, pvc, ""), metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	// In order: each step starts from the state the one before left.
+	for _, tc := range []struct {
+		name string
+		call func() error
+		want string // the message a user sees; "" is allowed
+	}{
+		{"a user asks for a volume on their PVC", func() error { return pvcPatch(alice, "adm-vol", request) },
+			deniedProtocol + "only the lvm-agent provisioner (" + provisionerUser + ") or members of group " + adminGroup +
+				" may ask for volumes: alice may not write volume.lifecycle=creating, volume.spec"},
+		{"a user creates a PVC that already asks", func() error {
+			p := harness.NewPVC("default", "adm-new", "adm-node-a")
+			p.Annotations[kube.AnnLifecycle] = kube.StateCreating
+			_, err := alice.CoreV1().PersistentVolumeClaims("default").Create(ctx, p, metav1.CreateOptions{})
+			return err
+		}, deniedProtocol + "only the lvm-agent provisioner (" + provisionerUser + ") or members of group " + adminGroup +
+			" may ask for volumes: alice may not write volume.lifecycle=creating"},
+		{"the provisioner asks", func() error { return pvcPatch(provisioner, "adm-vol", request) }, ""},
+		{"the agent asks", func() error {
+			return pvcPatch(agentOnA, "adm-vol", kube.Set(map[string]string{kube.AnnSpec: `{"volumeGroup":"vg1","name":"y","size":4096}`}))
+		}, deniedProtocol + "only the lvm-agent provisioner (" + provisionerUser + ") or members of group " + adminGroup +
+			" may ask for volumes: " + agentUser + " may not write volume.spec"},
+		{"a user answers", func() error { return pvcPatch(alice, "adm-vol", created) },
+			deniedProtocol + "only the lvm-agent agent (" + agentUser + ") answers volume requests: alice may not write volume.lifecycle=created, volume.device"},
+		{"the agent answers", func() error { return pvcPatch(agentOnA, "adm-vol", created) }, ""},
+		{"the agent writes a request value", func() error {
+			return pvcPatch(agentOnA, "adm-vol", kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreating}))
+		}, deniedProtocol + "only the lvm-agent provisioner (" + provisionerUser + ") or members of group " + adminGroup +
+			" may ask for volumes: " + agentUser + " may not write volume.lifecycle=creating"},
+		{"a user removes an answer", func() error { return pvcPatch(alice, "adm-vol", kube.Change{}.Remove(kube.AnnDevice)) },
+			deniedProtocol + "only the lvm-agent agent, the provisioner or members of group " + adminGroup +
+				" may remove an answer: alice may not remove volume.device"},
+		{"a user removes the lifecycle", func() error { return pvcPatch(alice, "adm-vol", kube.Change{}.Remove(kube.AnnLifecycle)) },
+			deniedProtocol + "only the lvm-agent provisioner (" + provisionerUser + ") or members of group " + adminGroup +
+				" may ask for volumes: alice may not write volume.lifecycle=(removed)"},
+		{"the agent answers failed", func() error {
+			return pvcPatch(agentOnA, "adm-vol", kube.Set(map[string]string{kube.AnnLifecycle: kube.StateFailed,
+				kube.AnnReason: kube.ReasonInsufficientCapacity, kube.AnnError: "no space"}))
+		}, ""},
+		{"an admin asks again and clears the answer", func() error {
+			return pvcPatch(bob, "adm-vol", kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreating}).Remove(kube.AnnReason, kube.AnnError, kube.AnnDevice))
+		}, ""},
+		{"a user's own labels and annotations", func() error {
+			_, err := kube.UpdatePvcWithAnnotations(ctx, alice, "default", "adm-vol", "",
+				kube.Set(map[string]string{"example.com/note": "mine"}), kube.Set(map[string]string{"app": "db"}))
+			return err
+		}, ""},
+		{"the scheduler's selected-node", func() error {
+			return pvcPatch(impersonate(t, acp, "system:kube-scheduler"), "adm-vol", kube.Set(map[string]string{kube.AnnSelectedNode: "adm-node-b"}))
+		}, ""},
+		{"a finalizer", func() error {
+			_, err := alice.CoreV1().PersistentVolumeClaims("default").Patch(ctx, "adm-vol", types.MergePatchType,
+				[]byte(`{"metadata":{"finalizers":["example.com/keep"]}}`), metav1.PatchOptions{})
+			return err
+		}, ""},
+		{"binding, as kube-controller-manager does it (update of the whole PVC)", func() error {
+			kcm := impersonate(t, acp, "system:kube-controller-manager")
+			p, err := kcm.CoreV1().PersistentVolumeClaims("default").Get(ctx, "adm-vol", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			p.Spec.VolumeName = "adm-pv"
+			p.Annotations["pv.kubernetes.io/bind-completed"] = "yes"
+			_, err = kcm.CoreV1().PersistentVolumeClaims("default").Update(ctx, p, metav1.UpdateOptions{})
+			return err
+		}, ""},
+		{"a user asks to delete a PV", func() error {
+			return pvPatch(alice, "adm-pv", kube.Set(map[string]string{kube.AnnLifecycle: kube.StateDeleting, kube.AnnSpec: "vg1/x"}))
+		}, deniedProtocol + "only the lvm-agent provisioner (" + provisionerUser + ") or members of group " + adminGroup +
+			" may ask for volumes: alice may not write volume.lifecycle=deleting, volume.spec"},
+		{"the provisioner asks to delete a PV", func() error {
+			return pvPatch(provisioner, "adm-pv", kube.Set(map[string]string{kube.AnnLifecycle: kube.StateDeleting, kube.AnnSpec: "vg1/x"}))
+		}, ""},
+		{"a user answers a delete", func() error {
+			return pvPatch(alice, "adm-pv", kube.Set(map[string]string{kube.AnnLifecycle: kube.StateDeleted}))
+		}, deniedProtocol + "only the lvm-agent agent (" + agentUser + ") answers volume requests: alice may not write volume.lifecycle=deleted"},
+		{"the agent answers a delete", func() error {
+			return pvPatch(agentOnA, "adm-pv", kube.Set(map[string]string{kube.AnnLifecycle: kube.StateDeleted}))
+		}, ""},
+		{"the agent writes its own Node", func() error {
+			_, err := kube.UpdateNodeWithAnnotations(ctx, agentOnA, "adm-node-a", "", kube.Set(map[string]string{"example.com/capacity": "1"}))
+			return err
+		}, ""},
+		{"the agent writes another Node", func() error {
+			_, err := kube.UpdateNodeWithAnnotations(ctx, agentOnA, "adm-node-b", "", kube.Set(map[string]string{"example.com/capacity": "1"}))
+			return err
+		}, deniedNode + "the lvm-agent agent may update only the Node it runs on: " + agentUser + " runs on Node adm-node-a, not on adm-node-b"},
+		{"the agent with a token bound to no Pod writes a Node", func() error {
+			_, err := kube.UpdateNodeWithAnnotations(ctx, unboundAgent, "adm-node-a", "", kube.Set(map[string]string{"example.com/capacity": "2"}))
+			return err
+		}, deniedNode + "the lvm-agent agent may update only the Node it runs on: " + agentUser + " has a token bound to no Node, not on adm-node-a"},
+		{"another service account writes a Node", func() error {
+			_, err := kube.UpdateNodeWithAnnotations(ctx, provisioner, "adm-node-b", "", kube.Set(map[string]string{"example.com/other": "1"}))
+			return err
+		}, ""},
+	} {
+		err := tc.call()
+		if tc.want == "" {
+			assert.NoError(t, err, tc.name)
+			continue
+		}
+		var status *apierrors.StatusError
+		if assert.True(t, errors.As(err, &status), "%s: want a refusal, got %v", tc.name, err) {
+			assert.Equal(t, int32(403), status.ErrStatus.Code, tc.name)
+			_, msg, found := strings.Cut(status.ErrStatus.Message, " is forbidden: ")
+			assert.True(t, found, "%s: %s", tc.name, status.ErrStatus.Message)
+			assert.Equal(t, tc.want, msg, tc.name)
+		}
+	}
+
+	// What the steps left: the last allowed request and answer, nothing of
+	// the refused ones.
+	got, err := admin.CoreV1().PersistentVolumeClaims("default").Get(ctx, "adm-vol", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, kube.StateCreating, got.Annotations[kube.AnnLifecycle])
+	assert.NotContains(t, got.Annotations, kube.AnnDevice)
+	assert.Equal(t, `{"volumeGroup":"vg1","name":"x","size":4096}`, got.Annotations[kube.AnnSpec])
+	pv, err := admin.CoreV1().PersistentVolumes().Get(ctx, "adm-pv", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, kube.StateDeleted, pv.Annotations[kube.AnnLifecycle])
+	nodeB, err := admin.CoreV1().Nodes().Get(ctx, "adm-node-b", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.NotContains(t, nodeB.Annotations, "example.com/capacity")
+}
+
+// impersonate is a client of the control plane's admin acting as user in
+// groups (and system:authenticated, as an authenticator adds it).
+func impersonate(t *testing.T, c *harness.ControlPlane, user string, groups ...string) kubernetes.Interface {
+	t.Helper()
+	cfg := rest.CopyConfig(c.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: append(groups, "system:authenticated")}
+	client, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	return client
+}
+
+// agentPod makes a Pod of the agent's ServiceAccount bound to node, as the
+// DaemonSet's Pod is once scheduled, for a token bound to it.
+func agentPod(t *testing.T, c kubernetes.Interface, node string) *corev1.Pod {
+	t.Helper()
+	pod, err := c.CoreV1().Pods("lvm-agent").Create(context.Background(), &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "lvm-agent-" + node},
+		Spec: corev1.PodSpec{ServiceAccountName: "lvm-agent", NodeName: node,
+			Containers: []corev1.Container{{Name: "lvm-agent", Image: "ghcr.io/lvm-agent/lvm-agent:dev"}}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	return pod
+}
+
+// tokenClient is a client with a token of ServiceAccount lvm-agent/sa from
+// the TokenRequest API, bound to pod when not nil (as the kubelet asks for
+// a pod's projected token). It checks who the API server says it is.
+func tokenClient(t *testing.T, c *harness.ControlPlane, sa string, pod *corev1.Pod) kubernetes.Interface {
+	t.Helper()
+	ctx := context.Background()
+	spec := authenticationv1.TokenRequestSpec{ExpirationSeconds: ptrTo(int64(3600))}
+	if pod != nil {
+		spec.BoundObjectRef = &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}
+	}
+	tr, err := c.Client.CoreV1().ServiceAccounts("lvm-agent").CreateToken(ctx, sa, &authenticationv1.TokenRequest{Spec: spec}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	cfg := &rest.Config{Host: c.Config.Host, BearerToken: tr.Status.Token,
+		TLSClientConfig: rest.TLSClientConfig{CAData: c.Config.CAData}}
+	client, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	review, err := client.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.Equal(t, "system:serviceaccount:lvm-agent:"+sa, review.Status.UserInfo.Username)
+	// The API server itself names the node of a token bound to a Pod: the
+	// node policy relies on it.
+	var wantNode authenticationv1.ExtraValue
+	if pod != nil {
+		wantNode = authenticationv1.ExtraValue{pod.Spec.NodeName}
+	}
+	assert.Equal(t, wantNode, review.Status.UserInfo.Extra["authentication.kubernetes.io/node-name"])
+	return client
+}
