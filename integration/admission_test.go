@@ -179,11 +179,11 @@ func TestAdmission(t *testing.T) {
 		{"the agent writes another Node", func() error {
 			_, err := kube.UpdateNodeWithAnnotations(ctx, agentOnA, "adm-node-b", "", kube.Set(map[string]string{"example.com/capacity": "1"}))
 			return err
-		}, deniedNode + "the lvm-agent agent may update only the Node it runs on: " + agentUser + " runs on Node adm-node-a, not on adm-node-b"},
+		}, deniedNode + "the lvm-agent agent may update only the Node it runs on: " + agentUser + " runs on Node adm-node-a and may not update Node adm-node-b"},
 		{"the agent with a token bound to no Pod writes a Node", func() error {
 			_, err := kube.UpdateNodeWithAnnotations(ctx, unboundAgent, "adm-node-a", "", kube.Set(map[string]string{"example.com/capacity": "2"}))
 			return err
-		}, deniedNode + "the lvm-agent agent may update only the Node it runs on: " + agentUser + " has a token bound to no Node, not on adm-node-a"},
+		}, deniedNode + "the lvm-agent agent may update only the Node it runs on: " + agentUser + " has a token bound to no Node (not a Pod's token) and may not update Node adm-node-a"},
 		{"another service account writes a Node", func() error {
 			_, err := kube.UpdateNodeWithAnnotations(ctx, provisioner, "adm-node-b", "", kube.Set(map[string]string{"example.com/other": "1"}))
 			return err
