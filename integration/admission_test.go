@@ -10,7 +10,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,8 +19,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/lvm-agent/lvm-agent/agent"
 	"github.com/lvm-agent/lvm-agent/integration/harness"
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/lvmbackend/lvmdfake"
 )
 
 const (
@@ -49,7 +50,7 @@ func TestAdmission(t *testing.T) {
 	_, err = admin.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: "admission-test"},
 		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims", "persistentvolumes", "nodes"},
-			Verbs: []string{"get", "create", "update", "patch"}}},
+			Verbs: []string{"get", "list", "watch", "create", "update", "patch"}}},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	_, err = admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
@@ -66,9 +67,9 @@ func TestAdmission(t *testing.T) {
 	}
 	alice := impersonate(t, acp, "alice")
 	bob := impersonate(t, acp, "bob", adminGroup)
-	provisioner := tokenClient(t, acp, "lvm-agent-provisioner", nil)
-	agentOnA := tokenClient(t, acp, "lvm-agent", agentPod(t, admin, "adm-node-a"))
-	unboundAgent := tokenClient(t, acp, "lvm-agent", nil)
+	_, provisioner := serviceAccountKubeconfig(t, acp, "lvm-agent", "lvm-agent-provisioner", nil)
+	agentKubeconfig, agentOnA := serviceAccountKubeconfig(t, acp, "lvm-agent", "lvm-agent", agentPod(t, admin, "adm-node-a"))
+	_, unboundAgent := serviceAccountKubeconfig(t, acp, "lvm-agent", "lvm-agent", nil)
 
 	// The policies take effect a moment after they are stored.
 	harness.PVC(t, admin, "default", "adm-probe", "adm-node-a")
@@ -216,6 +217,39 @@ func TestAdmission(t *testing.T) {
 	nodeB, err := admin.CoreV1().Nodes().Get(ctx, "adm-node-b", metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.NotContains(t, nodeB.Annotations, "example.com/capacity")
+
+	// The real agent, with its Pod's token, and the provisioner's library:
+	// a create, a delete and the Node's capacity under the policies, and not
+	// one refusal in the agent's log.
+	lvm := lvmdfake.NewLVM(lvmdfake.Class{Name: "vg1", SizeBytes: 1 << 30})
+	_, socket := harness.ServeLVMD(t, lvm)
+	agentProc := harness.StartAgent(t, agentBin, "--node-name", "adm-node-a", "--kubeconfig", agentKubeconfig,
+		"--lvmd-socket", socket, "--metrics-address", "", "--v", "2")
+	claim := harness.PVC(t, admin, "default", "adm-real", "adm-node-a")
+	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	require.NoError(t, kube.CreateVolumeWithAnnotations(waitCtx, provisioner, "default", "adm-real", spec("adm-real", "4Mi"), nil))
+	_, err = admin.CoreV1().PersistentVolumes().Create(ctx, harness.NewPV("adm-real-pv", "adm-node-a", kube.DefaultDriver, claim, ""), metav1.CreateOptions{})
+	require.NoError(t, err)
+	// As in a cluster: the claim is gone before its volume is deleted (no
+	// controller here removes the protection finalizer).
+	require.NoError(t, admin.CoreV1().PersistentVolumeClaims("default").Delete(ctx, "adm-real", metav1.DeleteOptions{}))
+	_, err = admin.CoreV1().PersistentVolumeClaims("default").Patch(ctx, "adm-real", types.MergePatchType,
+		[]byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+	if !apierrors.IsNotFound(err) {
+		require.NoError(t, err)
+	}
+	require.NoError(t, kube.DeleteVolumeWithAnnotations(waitCtx, provisioner, "adm-real-pv", "vg1", "adm-real", nil))
+	lvs, err := lvm.List("vg1")
+	require.NoError(t, err)
+	assert.Empty(t, lvs)
+	require.Eventually(t, func() bool {
+		node, err := admin.CoreV1().Nodes().Get(ctx, "adm-node-a", metav1.GetOptions{})
+		return err == nil && node.Annotations[agent.DefaultCapacityAnnotation] != ""
+	}, 30*time.Second, 50*time.Millisecond, "the agent writes its Node's capacity")
+	for _, line := range strings.Split(agentProc.Output(), "\n") {
+		assert.NotContains(t, strings.ToLower(line), "forbidden", "the agent was refused something")
+	}
 }
 
 // impersonate is a client of the control plane's admin acting as user in
@@ -240,33 +274,4 @@ func agentPod(t *testing.T, c kubernetes.Interface, node string) *corev1.Pod {
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	return pod
-}
-
-// tokenClient is a client with a token of ServiceAccount lvm-agent/sa from
-// the TokenRequest API, bound to pod when not nil (as the kubelet asks for
-// a pod's projected token). It checks who the API server says it is.
-func tokenClient(t *testing.T, c *harness.ControlPlane, sa string, pod *corev1.Pod) kubernetes.Interface {
-	t.Helper()
-	ctx := context.Background()
-	spec := authenticationv1.TokenRequestSpec{ExpirationSeconds: ptrTo(int64(3600))}
-	if pod != nil {
-		spec.BoundObjectRef = &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}
-	}
-	tr, err := c.Client.CoreV1().ServiceAccounts("lvm-agent").CreateToken(ctx, sa, &authenticationv1.TokenRequest{Spec: spec}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	cfg := &rest.Config{Host: c.Config.Host, BearerToken: tr.Status.Token,
-		TLSClientConfig: rest.TLSClientConfig{CAData: c.Config.CAData}}
-	client, err := kubernetes.NewForConfig(cfg)
-	require.NoError(t, err)
-	review, err := client.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	require.Equal(t, "system:serviceaccount:lvm-agent:"+sa, review.Status.UserInfo.Username)
-	// The API server itself names the node of a token bound to a Pod: the
-	// node policy relies on it.
-	var wantNode authenticationv1.ExtraValue
-	if pod != nil {
-		wantNode = authenticationv1.ExtraValue{pod.Spec.NodeName}
-	}
-	assert.Equal(t, wantNode, review.Status.UserInfo.Extra["authentication.kubernetes.io/node-name"])
-	return client
 }

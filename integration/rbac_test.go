@@ -83,7 +83,7 @@ func TestRBAC(t *testing.T) {
 	rcp := harness.StartControlPlaneWith(t, 2*time.Minute, harness.Options{Authorization: "RBAC"})
 	admin := rcp.Client
 	applyRBAC(t, admin)
-	kubeconfig, saClient := serviceAccountKubeconfig(t, rcp, "lvm-agent", "lvm-agent")
+	kubeconfig, saClient := serviceAccountKubeconfig(t, rcp, "lvm-agent", "lvm-agent", nil)
 
 	nodeName := "node-rbac"
 	_, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}, metav1.CreateOptions{})
@@ -300,11 +300,17 @@ func applyRBAC(t *testing.T, c kubernetes.Interface) {
 }
 
 // serviceAccountKubeconfig writes a kubeconfig that authenticates with a
-// bound token of the ServiceAccount, and returns it with a client using it.
-func serviceAccountKubeconfig(t *testing.T, cp *harness.ControlPlane, ns, name string) (string, kubernetes.Interface) {
+// token of the ServiceAccount from the TokenRequest API, bound to pod when
+// not nil (as the kubelet asks for a pod's projected token), and returns it
+// with a client using it. It checks who the API server says the token is.
+func serviceAccountKubeconfig(t *testing.T, cp *harness.ControlPlane, ns, name string, pod *corev1.Pod) (string, kubernetes.Interface) {
 	t.Helper()
+	spec := authenticationv1.TokenRequestSpec{ExpirationSeconds: ptrTo(int64(3600))}
+	if pod != nil {
+		spec.BoundObjectRef = &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}
+	}
 	tr, err := cp.Client.CoreV1().ServiceAccounts(ns).CreateToken(context.Background(), name,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptrTo(int64(3600))}}, metav1.CreateOptions{})
+		&authenticationv1.TokenRequest{Spec: spec}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["envtest"] = &clientcmdapi.Cluster{Server: cp.Config.Host, CertificateAuthorityData: cp.Config.CAData}
@@ -317,10 +323,17 @@ func serviceAccountKubeconfig(t *testing.T, cp *harness.ControlPlane, ns, name s
 	require.NoError(t, err)
 	client, err := kubernetes.NewForConfig(rest.CopyConfig(rc))
 	require.NoError(t, err)
-	// The token really is the ServiceAccount's.
+	// The token really is the ServiceAccount's, and the API server itself
+	// names the node of a token bound to a Pod (the admission policy for
+	// Nodes relies on it).
 	review, err := client.AuthenticationV1().SelfSubjectReviews().Create(context.Background(), &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	require.Equal(t, "system:serviceaccount:"+ns+":"+name, review.Status.UserInfo.Username)
+	var node authenticationv1.ExtraValue
+	if pod != nil {
+		node = authenticationv1.ExtraValue{pod.Spec.NodeName}
+	}
+	require.Equal(t, node, review.Status.UserInfo.Extra["authentication.kubernetes.io/node-name"])
 	return path, client
 }
 
