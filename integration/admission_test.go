@@ -14,8 +14,10 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -24,6 +26,10 @@ import (
 	"github.com/lvm-agent/lvm-agent/kube"
 	"github.com/lvm-agent/lvm-agent/lvmbackend/lvmdfake"
 )
+
+// adminGroupPatch sets the admin group of deploy/base/admission.yaml.
+const adminGroupPatch = `[{"op": "test", "path": "/spec/variables/2/name", "value": "adminGroup"},
+ {"op": "replace", "path": "/spec/variables/2/expression", "value": "'storage-admins'"}]`
 
 const (
 	agentUser       = "system:serviceaccount:lvm-agent:lvm-agent"
@@ -250,6 +256,25 @@ func TestAdmission(t *testing.T) {
 	for _, line := range strings.Split(agentProc.Output(), "\n") {
 		assert.NotContains(t, strings.ToLower(line), "forbidden", "the agent was refused something")
 	}
+
+	// The admin group is one literal, changed as a kustomize JSON 6902
+	// patch would (docs/operations.md shows it): the old group may no
+	// longer ask, the new one may.
+	dyn, err := dynamic.NewForConfig(acp.Config)
+	require.NoError(t, err)
+	_, err = dyn.Resource(schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingadmissionpolicies"}).
+		Patch(ctx, "lvm-agent-protocol", types.JSONPatchType, []byte(adminGroupPatch), metav1.PatchOptions{})
+	require.NoError(t, err)
+	carol := impersonate(t, acp, "carol", "storage-admins")
+	ask := func(c kubernetes.Interface) error {
+		_, err := c.CoreV1().PersistentVolumeClaims("default").Patch(ctx, "adm-probe", types.MergePatchType,
+			[]byte(`{"metadata":{"annotations":{"`+kube.AnnLifecycle+`":"creating"}}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	}
+	require.Eventually(t, func() bool { return ask(carol) == nil }, time.Minute, 200*time.Millisecond, "storage-admins may ask")
+	err = ask(bob)
+	require.True(t, apierrors.IsForbidden(err), "%v", err)
+	assert.Contains(t, err.Error(), "or members of group storage-admins may ask for volumes: bob may not write volume.lifecycle=creating")
 }
 
 // impersonate is a client of the control plane's admin acting as user in
