@@ -83,7 +83,7 @@ func agentMain(args []string) int {
 	fs.BoolVar(&o.allowUntagged, "allow-untagged-delete", false, "let deletes remove LVs without lvm-agent's ownership tag (volumes made by the original agent)")
 	fs.DurationVar(&o.opTimeout, "op-timeout", 2*time.Minute, "bound on one lvmd call or API write")
 	fs.DurationVar(&o.grace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long in-flight operations may finish")
-	fs.StringVar(&o.metricsAddress, "metrics-address", ":9809", "serve /metrics, /healthz and /readyz here (empty: off)")
+	fs.StringVar(&o.metricsAddress, "metrics-address", ":8495", "serve /metrics, /healthz and /readyz here (empty: off)")
 	fs.StringVar(&o.dmControl, "device-mapper-control", "/dev/mapper/control", "device-mapper control node, to confirm LV devices and report thin-pool usage (empty: off; unreadable: noted once, then off)")
 	fs.StringVar(&o.capacityAnnotation, "node-capacity-annotation", agent.DefaultCapacityAnnotation, "Node annotation kept up to date with each device class's size and free bytes (empty: off)")
 	o.gc.addFlags(fs)

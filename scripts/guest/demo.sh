@@ -61,15 +61,15 @@ done
 cat "$work/devcluster.log"
 
 step "Starting lvm-agent for node $NODE (spec volumeGroup vg0 -> lvmd device class thick)"
-echo "\$ lvm-agent --node-name $NODE --kubeconfig $KUBECONFIG --backend topolvm --device-class-map vg0=thick --metrics-address 127.0.0.1:9809 &"
+echo "\$ lvm-agent --node-name $NODE --kubeconfig $KUBECONFIG --backend topolvm --device-class-map vg0=thick --metrics-address 127.0.0.1:8495 &"
 lvm-agent --node-name "$NODE" --kubeconfig "$KUBECONFIG" --backend topolvm \
-  --device-class-map vg0=thick --metrics-address 127.0.0.1:9809 >"$work/agent.log" 2>&1 &
+  --device-class-map vg0=thick --metrics-address 127.0.0.1:8495 >"$work/agent.log" 2>&1 &
 pids+=($!)
 for ((i = 0; i < 1200; i++)); do
-  wget -q -O /dev/null http://127.0.0.1:9809/readyz 2>/dev/null && break
+  wget -q -O /dev/null http://127.0.0.1:8495/readyz 2>/dev/null && break
   sleep 0.1
 done
-show wget -q -O - http://127.0.0.1:9809/readyz
+show wget -q -O - http://127.0.0.1:8495/readyz
 
 step "Creating PVC default/demo, scheduled to $NODE (what the scheduler does)"
 show lvm-devcluster pvc --namespace default --name demo --node "$NODE"
