@@ -256,7 +256,9 @@ func TestDocsDriftIsCaught(t *testing.T) {
 `)
 	assert.Equal(t, map[string]string{"workers": "8", "sweep-interval": "30m0s", "backend": "topolvm", "node-name": "", "allow-untagged-delete": ""}, help)
 	cmds := map[string]map[string]string{"x": help}
-	table := func(rows string) []docRow { return docTables("<!-- flags: x -->\n| flag | default |\n|---|---|\n" + rows)[0].rows }
+	table := func(rows string) []docRow {
+		return docTables("<!-- flags: x -->\n| flag | default |\n|---|---|\n" + rows)[0].rows
+	}
 	for _, tc := range []struct {
 		name, rows string
 		problems   int
