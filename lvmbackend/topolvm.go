@@ -129,6 +129,7 @@ func (t *Topolvm) WatchCapacity(ctx context.Context, fn func([]Capacity)) error 
 			if tp := it.GetThinPool(); tp != nil {
 				// A thin class's capacity is the pool's, with overprovisioning.
 				c.SizeBytes, c.FreeBytes = tp.GetSizeBytes(), tp.GetOverprovisionBytes()
+				c.ThinPool = &ThinPoolUsage{DataPercent: tp.GetDataPercent(), MetadataPercent: tp.GetMetadataPercent()}
 			}
 			caps = append(caps, c)
 		}

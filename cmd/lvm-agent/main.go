@@ -166,6 +166,10 @@ func run(o options) error {
 			Metrics: clientMetrics, Registerer: reg}).Run(ctx)
 	}
 	capacity := agent.NewCapacityWatcher(backend, reg)
+	if devices == nil {
+		// No device-mapper: the thin pools' fill comes from lvmd instead.
+		capacity.ExportThinPools(reg)
+	}
 	if o.capacityAnnotation != "" {
 		nodeCapacity := agent.NewNodeCapacity(client, o.nodeName, o.capacityAnnotation, classes, metrics)
 		capacity.OnChange = nodeCapacity.Update
