@@ -31,8 +31,9 @@ test: vet test-unit fuzz test-integration test-guest
 test-unit:
 	go test -count=1 $$(go list ./... | grep -v /integration)
 
+# kubectl: its kustomize renders deploy/; helm (scripts/helm.sh) renders the chart.
 test-integration:
-	KUBEBUILDER_ASSETS=$$(scripts/kube-assets.sh) go test -count=1 -v ./integration/...
+	KUBEBUILDER_ASSETS=$$(scripts/kube-assets.sh kubectl) LVM_AGENT_HELM=$$(scripts/helm.sh) go test -count=1 -v ./integration/...
 
 test-guest:
 	scripts/vm/suite.sh
