@@ -104,9 +104,11 @@ func checkCommon(t *testing.T, objs []*unstructured.Unstructured) {
 	}
 	args := expandKube(t, agentC.Args, env)
 	checkAgentFlags(t, args)
-	socket := flagValue(args, "lvmd-socket")
-	require.NotEmpty(t, socket, "--lvmd-socket")
-	assert.Equal(t, filepath.Dir(socket), podMountPath(t, agentC, "lvmd-socket"))
+	if flagValue(args, "backend") != "google-lvmd" { // which dials TCP
+		socket := flagValue(args, "lvmd-socket")
+		require.NotEmpty(t, socket, "--lvmd-socket")
+		assert.Equal(t, filepath.Dir(socket), podMountPath(t, agentC, "lvmd-socket"))
+	}
 	assert.Equal(t, "ghcr.io/lvm-agent/lvm-agent:dev", agentC.Image)
 	require.NotNil(t, agentC.ReadinessProbe)
 	assert.Equal(t, "/readyz", agentC.ReadinessProbe.HTTPGet.Path)
