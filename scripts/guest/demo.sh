@@ -89,7 +89,7 @@ lv=$(lvm lvs --noheadings -o lv_name -S 'lv_name=~^pvc-' vg0 | tr -d ' ')
 [ -n "$lv" ]
 
 step "lvm-agent volume status: the request (API side) next to lvmd's LV and its device-mapper device"
-show lvm-agent volume status --node "$NODE" --device-class-map vg0=thick
+show lvm-agent volume status --node "$NODE" --device-class-map vg0=thick -o wide
 
 step "Creating PV demo-pv bound to the claim, with node affinity to $NODE (what the CSI provisioner does)"
 show lvm-devcluster pv --name demo-pv --claim default/demo --node "$NODE" --spec "vg0/$lv"
