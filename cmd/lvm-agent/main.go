@@ -124,11 +124,7 @@ func run(o options) error {
 		return fmt.Errorf("--device-class-map: %w", err)
 	}
 	clientMetrics := kube.NewClientMetrics()
-	cfg, err := agentConfig(o.kubeconfig)
-	if err != nil {
-		return err
-	}
-	client, err := newClient(cfg, o.qps, o.burst, func(cfg *rest.Config) { clientMetrics.Instrument(cfg, o.contentType) })
+	client, err := newClient(o.kubeconfig, o.qps, o.burst, func(cfg *rest.Config) { clientMetrics.Instrument(cfg, o.contentType) })
 	if err != nil {
 		return err
 	}
@@ -243,7 +239,16 @@ func agentConfig(kubeconfig string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-func newClient(cfg *rest.Config, qps float64, burst int, tune ...func(*rest.Config)) (kubernetes.Interface, error) {
+// newClient is a daemon's client: agentConfig's config, tuned.
+func newClient(kubeconfig string, qps float64, burst int, tune ...func(*rest.Config)) (kubernetes.Interface, error) {
+	cfg, err := agentConfig(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	return clientFor(cfg, qps, burst, tune...)
+}
+
+func clientFor(cfg *rest.Config, qps float64, burst int, tune ...func(*rest.Config)) (kubernetes.Interface, error) {
 	cfg.QPS, cfg.Burst = float32(qps), burst
 	cfg.UserAgent = "lvm-agent"
 	for _, t := range tune {

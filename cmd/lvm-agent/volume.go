@@ -145,7 +145,7 @@ func volumeMain(args []string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return exitError
 	}
-	c, err := newClient(cfg, 50, 100)
+	c, err := clientFor(cfg, 50, 100)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return exitError
