@@ -9,8 +9,15 @@ export LVM_AGENT_CACHE := $(CACHE)
 
 all: build
 
+# --version: VERSION (the release tag, or v0.0.0-dev between releases) and
+# the commit; -buildvcs=auto adds vcs.modified and the commit time where the
+# go command can read the checkout.
+VERSION ?= $(shell git describe --tags --match 'v*' --dirty 2>/dev/null || echo v0.0.0-dev)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+
 build:
-	go build -trimpath -o bin/lvm-agent ./cmd/lvm-agent
+	go build -buildvcs=auto -trimpath -ldflags "$(LDFLAGS)" -o bin/lvm-agent ./cmd/lvm-agent
 
 vet:
 	go vet ./...
@@ -24,8 +31,9 @@ test: vet test-unit fuzz test-integration test-guest
 test-unit:
 	go test -count=1 $$(go list ./... | grep -v /integration)
 
+# kubectl: its kustomize renders deploy/; helm (scripts/helm.sh) renders the chart.
 test-integration:
-	KUBEBUILDER_ASSETS=$$(scripts/kube-assets.sh) go test -count=1 -v ./integration/...
+	KUBEBUILDER_ASSETS=$$(scripts/kube-assets.sh kubectl) LVM_AGENT_HELM=$$(scripts/helm.sh) go test -count=1 -v ./integration/...
 
 test-guest:
 	scripts/vm/suite.sh

@@ -19,6 +19,9 @@ type CapacityWatcher struct {
 	size      *prometheus.GaugeVec
 	free      *prometheus.GaugeVec
 	reachable prometheus.Gauge
+	// thinData and thinMeta are the thin pools' fill from lvmd, nil unless
+	// ExportThinPools was called.
+	thinData, thinMeta *prometheus.GaugeVec
 
 	mu  sync.Mutex
 	err error
@@ -40,6 +43,23 @@ func NewCapacityWatcher(b lvmbackend.Backend, reg prometheus.Registerer) *Capaci
 		reg.MustRegister(w.size, w.free, w.reachable)
 	}
 	return w
+}
+
+// ExportThinPools registers lvm_agent_thin_pool_data_used_ratio and
+// lvm_agent_thin_pool_metadata_used_ratio with reg, from the fill that
+// lvmd's capacity stream reports for each thin device class (label
+// device_class). It is for agents that cannot read device-mapper, whose own
+// series of these names (label device) are fresher: call it only when that
+// source is off, as the two label sets cannot share a registry.
+func (w *CapacityWatcher) ExportThinPools(reg prometheus.Registerer) {
+	data := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "lvm_agent_thin_pool_data_used_ratio",
+		Help: "Used fraction of each thin pool's data space, as lvmd last reported it."}, []string{"device_class"})
+	meta := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "lvm_agent_thin_pool_metadata_used_ratio",
+		Help: "Used fraction of each thin pool's metadata space, as lvmd last reported it."}, []string{"device_class"})
+	reg.MustRegister(data, meta)
+	w.mu.Lock()
+	w.thinData, w.thinMeta = data, meta
+	w.mu.Unlock()
 }
 
 // Run follows the stream until ctx ends, reconnecting with backoff.
@@ -68,6 +88,7 @@ func (w *CapacityWatcher) report(caps []lvmbackend.Capacity, err error) {
 	wasDown := w.err != nil
 	w.err = err
 	onChange := w.OnChange
+	thinData, thinMeta := w.thinData, w.thinMeta
 	w.mu.Unlock()
 	if err != nil {
 		w.reachable.Set(0)
@@ -80,9 +101,19 @@ func (w *CapacityWatcher) report(caps []lvmbackend.Capacity, err error) {
 	if wasDown {
 		klog.InfoS("lvmd is reachable")
 	}
+	if thinData != nil {
+		// Each report lists every device class: a pool no longer reported
+		// loses its series.
+		thinData.Reset()
+		thinMeta.Reset()
+	}
 	for _, c := range caps {
 		w.size.WithLabelValues(c.DeviceClass).Set(float64(c.SizeBytes))
 		w.free.WithLabelValues(c.DeviceClass).Set(float64(c.FreeBytes))
+		if thinData != nil && c.ThinPool != nil {
+			thinData.WithLabelValues(c.DeviceClass).Set(c.ThinPool.DataPercent / 100)
+			thinMeta.WithLabelValues(c.DeviceClass).Set(c.ThinPool.MetadataPercent / 100)
+		}
 	}
 	if onChange != nil {
 		onChange(caps)

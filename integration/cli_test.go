@@ -1,10 +1,8 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -22,18 +20,7 @@ import (
 // returns its exit code and output.
 func runCLI(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, agentBin, append([]string{"volume"}, append(args, "--kubeconfig", cp.Kubeconfig)...)...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var exit *exec.ExitError
-	if err != nil && !errors.As(err, &exit) {
-		require.NoError(t, err)
-	}
-	t.Logf("lvm-agent volume %s: exit %d\n%s%s", strings.Join(args, " "), cmd.ProcessState.ExitCode(), stdout.String(), stderr.String())
-	return cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()
+	return runBin(t, nil, append([]string{"volume"}, append(args, "--kubeconfig", cp.Kubeconfig)...)...)
 }
 
 func TestCLICreateDeleteExitCodes(t *testing.T) {

@@ -26,11 +26,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/restmapper"
 
 	"github.com/lvm-agent/lvm-agent/integration/harness"
@@ -108,9 +106,11 @@ func checkCommon(t *testing.T, objs []*unstructured.Unstructured) {
 	}
 	args := expandKube(t, agentC.Args, env)
 	checkAgentFlags(t, args)
-	socket := flagValue(args, "lvmd-socket")
-	require.NotEmpty(t, socket, "--lvmd-socket")
-	assert.Equal(t, filepath.Dir(socket), podMountPath(t, agentC, "lvmd-socket"))
+	if flagValue(args, "backend") != "google-lvmd" { // which dials TCP
+		socket := flagValue(args, "lvmd-socket")
+		require.NotEmpty(t, socket, "--lvmd-socket")
+		assert.Equal(t, filepath.Dir(socket), podMountPath(t, agentC, "lvmd-socket"))
+	}
 	assert.Equal(t, "ghcr.io/lvm-agent/lvm-agent:dev", agentC.Image)
 	require.NotNil(t, agentC.ReadinessProbe)
 	assert.Equal(t, "/readyz", agentC.ReadinessProbe.HTTPGet.Path)
@@ -159,7 +159,7 @@ func checkHostLVMD(t *testing.T, objs []*unstructured.Unstructured) {
 		assert.NotEqual(t, "lvmd-config", v.Name)
 	}
 	for _, o := range objs {
-		assert.False(t, o.GetKind() == "ConfigMap" && o.GetName() == "lvm-agent-lvmd", "lvmd's ConfigMap is dropped")
+		assert.False(t, o.GetKind() == "ConfigMap" && strings.HasPrefix(o.GetName(), "lvm-agent-lvmd"), "lvmd's ConfigMap is dropped")
 	}
 }
 
@@ -247,122 +247,53 @@ func flagValue(args []string, name string) string {
 	return ""
 }
 
-// kustomization is the part of kustomize's format this renderer implements;
-// anything else in a kustomization.yaml fails the test rather than being
-// silently ignored.
-type kustomization struct {
-	APIVersion string   `json:"apiVersion"`
-	Kind       string   `json:"kind"`
-	Namespace  string   `json:"namespace,omitempty"`
-	Resources  []string `json:"resources,omitempty"`
-	Patches    []struct {
-		Path string `json:"path"`
-	} `json:"patches,omitempty"`
-}
-
-// renderKustomization renders dir as "kustomize build" would for the
-// features above: resources (files and directories), strategic merge
-// patches (including "$patch: delete" of a whole object) and namespace.
+// renderKustomization renders dir with kustomize itself (kubectl's, built
+// by scripts/kube-assets.sh next to the API server).
 func renderKustomization(t *testing.T, dir string) []*unstructured.Unstructured {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
-	require.NoError(t, err)
-	var k kustomization
-	strictYAML(t, raw, &k)
-	require.Equal(t, "Kustomization", k.Kind, dir)
-	var objs []*unstructured.Unstructured
-	for _, r := range k.Resources {
-		p := filepath.Join(dir, r)
-		fi, err := os.Stat(p)
-		require.NoError(t, err, "resource %s of %s", r, dir)
-		if fi.IsDir() {
-			objs = append(objs, renderKustomization(t, p)...)
-		} else {
-			objs = append(objs, readManifests(t, p)...)
-		}
+	kubectl := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl")
+	out, err := exec.Command(kubectl, "kustomize", dir).Output()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		err = fmt.Errorf("%w: %s", err, exit.Stderr)
 	}
-	for _, p := range k.Patches {
-		objs = applyPatch(t, objs, filepath.Join(dir, p.Path))
-	}
-	if k.Namespace != "" {
-		for _, o := range objs {
-			if !clusterScoped[o.GetKind()] {
-				// kustomize would move it; these manifests never rely on that.
-				require.Contains(t, []string{"", k.Namespace}, o.GetNamespace(), "%s %s", o.GetKind(), o.GetName())
-				o.SetNamespace(k.Namespace)
-			}
-			if strings.HasSuffix(o.GetKind(), "RoleBinding") {
-				subjects, _, _ := unstructured.NestedSlice(o.Object, "subjects")
-				for _, s := range subjects {
-					s := s.(map[string]any)
-					if s["kind"] == "ServiceAccount" {
-						require.Equal(t, k.Namespace, s["namespace"], "%s %s: subject %v", o.GetKind(), o.GetName(), s)
-					}
-				}
-			}
-		}
-	}
-	seen := map[string]bool{}
-	for _, o := range objs {
-		id := o.GetAPIVersion() + "/" + o.GetKind() + "/" + o.GetNamespace() + "/" + o.GetName()
-		require.False(t, seen[id], "%s defined twice", id)
-		seen[id] = true
-	}
-	return objs
+	require.NoError(t, err, "kubectl kustomize %s (make test-integration builds kubectl)", dir)
+	return decodeManifests(t, dir, bytes.NewReader(out))
 }
 
-var clusterScoped = map[string]bool{"Namespace": true, "ClusterRole": true, "ClusterRoleBinding": true,
-	"PriorityClass": true, "StorageClass": true, "CSIDriver": true, "CustomResourceDefinition": true,
-	"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true}
-
+// readManifests reads the YAML documents of one file.
 func readManifests(t *testing.T, path string) []*unstructured.Unstructured {
 	t.Helper()
 	f, err := os.Open(path)
 	require.NoError(t, err)
 	defer f.Close()
-	d := yaml.NewYAMLOrJSONDecoder(f, 4096)
+	return decodeManifests(t, path, f)
+}
+
+// decodeManifests reads a stream of YAML documents; name is for messages.
+func decodeManifests(t *testing.T, name string, r io.Reader) []*unstructured.Unstructured {
+	t.Helper()
+	d := yaml.NewYAMLOrJSONDecoder(r, 4096)
 	var out []*unstructured.Unstructured
+	seen := map[string]bool{}
 	for {
 		var m map[string]any
 		err := d.Decode(&m)
 		if errors.Is(err, io.EOF) {
 			return out
 		}
-		require.NoError(t, err, path)
+		require.NoError(t, err, name)
 		if m == nil {
 			continue // an empty document
 		}
 		o := &unstructured.Unstructured{Object: m}
-		require.NotEmpty(t, o.GetKind(), "%s: a document without kind", path)
-		require.NotEmpty(t, o.GetName(), "%s: a %s without name", path, o.GetKind())
+		require.NotEmpty(t, o.GetKind(), "%s: a document without kind", name)
+		require.NotEmpty(t, o.GetName(), "%s: a %s without name", name, o.GetKind())
+		id := o.GetAPIVersion() + "/" + o.GetKind() + "/" + o.GetNamespace() + "/" + o.GetName()
+		require.False(t, seen[id], "%s: %s defined twice", name, id)
+		seen[id] = true
 		out = append(out, o)
 	}
-}
-
-func applyPatch(t *testing.T, objs []*unstructured.Unstructured, path string) []*unstructured.Unstructured {
-	t.Helper()
-	patches := readManifests(t, path)
-	require.Len(t, patches, 1, "%s: one patch per file", path)
-	p := patches[0]
-	var out []*unstructured.Unstructured
-	matched := 0
-	for _, o := range objs {
-		if o.GetKind() != p.GetKind() || o.GetName() != p.GetName() || p.GetNamespace() != "" && o.GetNamespace() != p.GetNamespace() {
-			out = append(out, o)
-			continue
-		}
-		matched++
-		if p.Object["$patch"] == "delete" {
-			continue
-		}
-		schema, err := scheme.Scheme.New(p.GroupVersionKind())
-		require.NoError(t, err, "%s: strategic merge needs a known kind", path)
-		merged, err := strategicpatch.StrategicMergeMapPatch(o.Object, p.Object, schema)
-		require.NoError(t, err, path)
-		out = append(out, &unstructured.Unstructured{Object: merged})
-	}
-	require.Equal(t, 1, matched, "%s matches %d objects", path, matched)
-	return out
 }
 
 func strictYAML(t *testing.T, data []byte, into any) {
@@ -469,4 +400,42 @@ func podMountPath(t *testing.T, c corev1.Container, volume string) string {
 	}
 	require.FailNow(t, fmt.Sprintf("container %s does not mount %s", c.Name, volume))
 	return ""
+}
+
+// The ConfigMaps are generated with a content hash in their names, so a
+// configuration change (here an overlay's merge) changes the DaemonSet's
+// Pod template, which rolls the Pods.
+func TestKustomizeConfigChangeRollsPods(t *testing.T) {
+	base, err := filepath.Abs(filepath.Join(deployDir(), "base"))
+	require.NoError(t, err)
+	overlay := t.TempDir()
+	rel, err := filepath.Rel(overlay, base) // kustomize refuses absolute bases
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(`apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - `+rel+`
+configMapGenerator:
+  - name: lvm-agent
+    behavior: merge
+    literals:
+      - device-class-map=vg1=ssd
+`), 0o644))
+	ref := func(objs []*unstructured.Unstructured) (string, map[string]string) {
+		ds := deployTyped[appsv1.DaemonSet](t, deployFind(t, objs, "DaemonSet", "lvm-agent"))
+		for _, e := range podContainer(t, ds.Spec.Template.Spec, "lvm-agent").Env {
+			if e.ValueFrom != nil && e.ValueFrom.ConfigMapKeyRef != nil {
+				name := e.ValueFrom.ConfigMapKeyRef.Name
+				return name, deployTyped[corev1.ConfigMap](t, deployFind(t, objs, "ConfigMap", name)).Data
+			}
+		}
+		require.FailNow(t, "the agent reads no ConfigMap")
+		return "", nil
+	}
+	before, data := ref(renderKustomization(t, base))
+	assert.Equal(t, "", data["device-class-map"])
+	after, data := ref(renderKustomization(t, overlay))
+	assert.Equal(t, "vg1=ssd", data["device-class-map"])
+	assert.NotEqual(t, before, after, "the Pod template names the new ConfigMap")
+	assert.True(t, strings.HasPrefix(after, "lvm-agent-"), after)
 }

@@ -70,6 +70,14 @@ type Capacity struct {
 	DeviceClass string
 	SizeBytes   uint64
 	FreeBytes   uint64
+	// ThinPool is the fill of a thin class's pool, where the daemon reports
+	// it (topolvm's lvmd does; nil otherwise).
+	ThinPool *ThinPoolUsage
+}
+
+// ThinPoolUsage is a thin pool's fill as lvmd reports it, in percent.
+type ThinPoolUsage struct {
+	DataPercent, MetadataPercent float64
 }
 
 // Backend is one lvmd dialect.

@@ -129,6 +129,7 @@ func (t *Topolvm) WatchCapacity(ctx context.Context, fn func([]Capacity)) error 
 			if tp := it.GetThinPool(); tp != nil {
 				// A thin class's capacity is the pool's, with overprovisioning.
 				c.SizeBytes, c.FreeBytes = tp.GetSizeBytes(), tp.GetOverprovisionBytes()
+				c.ThinPool = &ThinPoolUsage{DataPercent: tp.GetDataPercent(), MetadataPercent: tp.GetMetadataPercent()}
 			}
 			caps = append(caps, c)
 		}
@@ -136,8 +137,10 @@ func (t *Topolvm) WatchCapacity(ctx context.Context, fn func([]Capacity)) error 
 	}
 }
 
-// topolvmError maps lvmd's gRPC codes (see notes/dependencies.md) to typed
-// errors; notFound says what NotFound means for this call.
+// topolvmError maps lvmd's gRPC codes to typed errors (lvmd answers a
+// missing VG or a failing lvm with Internal, a full device class with
+// ResourceExhausted, an unknown one or a missing LV with NotFound); notFound
+// says what NotFound means for this call.
 func topolvmError(op string, err error, notFound error) error {
 	e, st := rpcError(op, err)
 	if e != nil {

@@ -4,6 +4,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -57,11 +58,13 @@ type options struct {
 }
 
 func agentMain(args []string) int {
-	fs := flag.NewFlagSet("lvm-agent", flag.ExitOnError)
+	fs := flag.NewFlagSet("lvm-agent", flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: lvm-agent [flags]          run the node agent\n       lvm-agent volume --help    the operator CLI\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
+	showVersion := fs.Bool("version", false, "print the version, commit and Go version, and exit")
+	var logs logFlags
 	o := options{}
 	fs.StringVar(&o.nodeName, "node-name", firstEnv("NODE_NAME", "KUBE_NODE_NAME"), "this node's name (default from $NODE_NAME, then $KUBE_NODE_NAME)")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster config")
@@ -83,18 +86,22 @@ func agentMain(args []string) int {
 	fs.BoolVar(&o.allowUntagged, "allow-untagged-delete", false, "let deletes remove LVs without lvm-agent's ownership tag (volumes made by the original agent)")
 	fs.DurationVar(&o.opTimeout, "op-timeout", 2*time.Minute, "bound on one lvmd call or API write")
 	fs.DurationVar(&o.grace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long in-flight operations may finish")
-	fs.StringVar(&o.metricsAddress, "metrics-address", ":9809", "serve /metrics, /healthz and /readyz here (empty: off)")
+	fs.StringVar(&o.metricsAddress, "metrics-address", ":8495", "serve /metrics, /healthz and /readyz here (empty: off)")
 	fs.StringVar(&o.dmControl, "device-mapper-control", "/dev/mapper/control", "device-mapper control node, to confirm LV devices and report thin-pool usage (empty: off; unreadable: noted once, then off)")
 	fs.StringVar(&o.capacityAnnotation, "node-capacity-annotation", agent.DefaultCapacityAnnotation, "Node annotation kept up to date with each device class's size and free bytes (empty: off)")
 	o.gc.addFlags(fs)
-	klogFlags := flag.NewFlagSet("klog", flag.ExitOnError)
-	klog.InitFlags(klogFlags)
-	// Logs go to stderr; of klog's many flags only verbosity is worth offering.
-	for _, name := range []string{"v", "vmodule"} {
-		f := klogFlags.Lookup(name)
-		fs.Var(f.Value, f.Name, f.Usage)
+	logs.addFlags(fs)
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
-	_ = fs.Parse(args)
+	if *showVersion {
+		fmt.Print(versionString())
+		return 0
+	}
+	if err := logs.setup(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
 	defer klog.Flush()
 
 	if err := run(o); err != nil {
@@ -155,6 +162,10 @@ func run(o options) error {
 			Metrics: clientMetrics, Registerer: reg}).Run(ctx)
 	}
 	capacity := agent.NewCapacityWatcher(backend, reg)
+	if devices == nil {
+		// No device-mapper: the thin pools' fill comes from lvmd instead.
+		capacity.ExportThinPools(reg)
+	}
 	if o.capacityAnnotation != "" {
 		nodeCapacity := agent.NewNodeCapacity(client, o.nodeName, o.capacityAnnotation, classes, metrics)
 		capacity.OnChange = nodeCapacity.Update
@@ -171,7 +182,7 @@ func run(o options) error {
 			return err
 		}
 	}
-	klog.InfoS("Starting lvm-agent", "node", o.nodeName, "backend", o.backend, "watchMode", mode, "workers", o.workers)
+	klog.InfoS("Starting lvm-agent", "version", version, "node", o.nodeName, "backend", o.backend, "watchMode", mode, "workers", o.workers)
 	return a.Run(ctx, o.grace)
 }
 
@@ -192,7 +203,29 @@ func signalContext() context.Context {
 	return ctx
 }
 
-func newClient(kubeconfig string, qps float64, burst int, tune ...func(*rest.Config)) (kubernetes.Interface, error) {
+// parseFlags parses args; on --help it prints the usage on stdout and
+// returns 0, on a usage error it prints the error and usage on stderr and
+// returns 2; ok is true when the command should go on.
+func parseFlags(fs *flag.FlagSet, args []string) (code int, ok bool) {
+	var out bytes.Buffer
+	fs.SetOutput(&out)
+	err := fs.Parse(args)
+	fs.SetOutput(os.Stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		_, _ = os.Stdout.Write(out.Bytes())
+		return 0, false
+	case err != nil:
+		_, _ = os.Stderr.Write(out.Bytes())
+		return 2, false
+	}
+	return 0, true
+}
+
+// agentConfig is the agent's API access: the kubeconfig file it is given,
+// else the in-cluster config (never ~/.kube/config, unlike the CLI: a node
+// daemon should not pick up whatever identity its host's root has).
+func agentConfig(kubeconfig string) (*rest.Config, error) {
 	var cfg *rest.Config
 	var err error
 	if kubeconfig == "" {
@@ -203,6 +236,19 @@ func newClient(kubeconfig string, qps float64, burst int, tune ...func(*rest.Con
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client config: %w", err)
 	}
+	return cfg, nil
+}
+
+// newClient is a daemon's client: agentConfig's config, tuned.
+func newClient(kubeconfig string, qps float64, burst int, tune ...func(*rest.Config)) (kubernetes.Interface, error) {
+	cfg, err := agentConfig(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	return clientFor(cfg, qps, burst, tune...)
+}
+
+func clientFor(cfg *rest.Config, qps float64, burst int, tune ...func(*rest.Config)) (kubernetes.Interface, error) {
 	cfg.QPS, cfg.Burst = float32(qps), burst
 	cfg.UserAgent = "lvm-agent"
 	for _, t := range tune {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
 
 	"github.com/lvm-agent/lvm-agent/agent"
 	"github.com/lvm-agent/lvm-agent/kube"
@@ -31,6 +33,7 @@ type statusOptions struct {
 	stuckAfter                    time.Duration
 	dmControl                     string // "" or unreadable: no device column
 	classes                       string // device classes to list ("": all lvmd serves)
+	output                        string // "", wide, json or yaml
 }
 
 // errProblems: status found mismatches (exit code 6).
@@ -52,9 +55,55 @@ const (
 )
 
 // statusRow is one volume: the API side (object, state, age) next to the
-// lvmd side (LV, size, owner), and what the comparison found.
+// lvmd side (LV, size, owner), and what the comparison found. "-" is a
+// side that has nothing, "?" one that was not read.
 type statusRow struct {
-	object, state, age, lv, size, owner, device, check, detail string
+	Object string `json:"object"`
+	State  string `json:"state"`
+	Age    string `json:"age"`
+	LV     string `json:"lv"`
+	Size   string `json:"lvSize"`
+	Owner  string `json:"lvOwner"`
+	Device string `json:"device"`
+	Check  string `json:"check"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// statusReport is everything "status" found, as -o json|yaml prints it.
+type statusReport struct {
+	Node      string       `json:"node"` // "" with --backend none: every node
+	Volumes   []statusRow  `json:"volumes"`
+	ThinPools []poolStatus `json:"thinPools"`
+	// DeviceState says why device-mapper was not read (empty when it was).
+	DeviceState string        `json:"deviceState,omitempty"`
+	Summary     statusSummary `json:"summary"`
+	LVMDError   string        `json:"lvmdError,omitempty"`
+}
+
+type statusSummary struct {
+	Rows               int  `json:"rows"`
+	LVsChecked         bool `json:"lvsChecked"`
+	MissingLVs         int  `json:"missingLVs"`
+	OrphanLVs          int  `json:"orphanLVs"`
+	StuckRequests      int  `json:"stuckRequests"`
+	UnhealthyThinPools int  `json:"unhealthyThinPools"`
+	OtherProblems      int  `json:"otherProblems"`
+}
+
+// poolStatus is one thin pool that holds listed LVs.
+type poolStatus struct {
+	Name                string   `json:"name"`   // VG/POOL
+	Device              string   `json:"device"` // VG-POOL-tpool
+	DevNum              string   `json:"devNum"`
+	LVs                 int      `json:"lvs"`
+	UsedDataBlocks      uint64   `json:"usedDataBlocks"`
+	TotalDataBlocks     uint64   `json:"totalDataBlocks"`
+	DataUsedPercent     float64  `json:"dataUsedPercent"`
+	UsedMetadataBlocks  uint64   `json:"usedMetadataBlocks"`
+	TotalMetadataBlocks uint64   `json:"totalMetadataBlocks"`
+	MetadataUsedPercent float64  `json:"metadataUsedPercent"`
+	Mode                string   `json:"mode"`
+	Problems            []string `json:"problems,omitempty"`
 }
 
 // status compares this node's volume requests on the API server with the
@@ -63,6 +112,9 @@ type statusRow struct {
 // stuck requests ("creating"/"deleting" for longer than stuckAfter, or with
 // a volume.error).
 func status(ctx context.Context, c kubernetes.Interface, o statusOptions) error {
+	if o.output != "" && o.output != "wide" && o.output != "json" && o.output != "yaml" {
+		return usageError("-o must be wide, json or yaml, not " + o.output)
+	}
 	if o.node == "" && o.backend.backend != "none" {
 		return usageError("status needs --node (or $NODE_NAME) to compare with lvmd, or --backend none")
 	}
@@ -81,6 +133,9 @@ func status(ctx context.Context, c kubernetes.Interface, o statusOptions) error 
 	lvs, lvmdErr := listLVs(ctx, o.backend, splitList(o.classes)) // reported after the table
 	var devs map[agent.DevNum]agent.DeviceState
 	dmNote := "not read (--backend none)"
+	if lvmdErr != nil {
+		dmNote = "not read (lvmd unavailable)"
+	}
 	if lvs != nil {
 		devs, dmNote = readDevices(ctx, o.dmControl)
 	}
@@ -118,36 +173,36 @@ func status(ctx context.Context, c kubernetes.Interface, o statusOptions) error 
 		if st == "" || !owns(n.OwnsPVC(p)) {
 			continue
 		}
-		r := statusRow{object: "pvc/" + p.Namespace + "/" + p.Name, state: st, age: duration.HumanDuration(now.Sub(requestTime(p))),
-			lv: "-", size: "-", owner: "-", device: "-", check: checkOK}
+		r := statusRow{Object: "pvc/" + p.Namespace + "/" + p.Name, State: st, Age: duration.HumanDuration(now.Sub(requestTime(p))),
+			LV: "-", Size: "-", Owner: "-", Device: "-", Check: checkOK}
 		spec, err := kube.ParseCreateSpec(p.Annotations[kube.AnnSpec])
 		key := ""
 		if err == nil {
 			key = agent.DeviceClass(classes, spec.VolumeGroup) + "/" + spec.Name
 			seen[key] = true
-			r.lv, r.size, r.owner, r.device = lvCell(key)
+			r.LV, r.Size, r.Owner, r.Device = lvCell(key)
 		}
 		switch {
 		case st == kube.StateFailed:
-			r.check, r.detail = checkFailed, p.Annotations[kube.AnnReason]+": "+p.Annotations[kube.AnnError]
+			r.Check, r.Detail = checkFailed, p.Annotations[kube.AnnReason]+": "+p.Annotations[kube.AnnError]
 		case st == kube.StateCreating:
-			r.check = checkPending
+			r.Check = checkPending
 			if bad, why := stuck(st, p); bad {
-				r.check, r.detail = checkStuck, why
+				r.Check, r.Detail = checkStuck, why
 			}
 		case err != nil:
-			r.check, r.detail = checkBadSpec, err.Error()
+			r.Check, r.Detail = checkBadSpec, err.Error()
 		case lvs == nil:
-			r.check = "?"
+			r.Check = "?"
 		case st == kube.StateCreated:
 			v, ok := lvs[key]
 			switch {
 			case !ok:
-				r.check, r.detail = checkMissing, "the PVC is created, but lvmd has no LV "+key
+				r.Check, r.Detail = checkMissing, "the PVC is created, but lvmd has no LV "+key
 			case !v.HasTag(agent.OwnerTag(p.UID)):
-				r.check, r.detail = checkNotOurs, "the LV lacks the tag "+agent.OwnerTag(p.UID)
-			case devs != nil && !strings.HasPrefix(r.device, "active"):
-				r.check, r.detail = checkDevice, "the LV's device "+devNum(v).String()+" is "+r.device+" in device-mapper"
+				r.Check, r.Detail = checkNotOurs, "the LV lacks the tag "+agent.OwnerTag(p.UID)
+			case devs != nil && !strings.HasPrefix(r.Device, "active"):
+				r.Check, r.Detail = checkDevice, "the LV's device "+devNum(v).String()+" is "+r.Device+" in device-mapper"
 			}
 		}
 		rows = append(rows, r)
@@ -162,20 +217,20 @@ func status(ctx context.Context, c kubernetes.Interface, o statusOptions) error 
 		if st == "" || !owns(n.OwnsPV(p)) {
 			continue
 		}
-		r := statusRow{object: "pv/" + p.Name, state: st, age: duration.HumanDuration(now.Sub(requestTime(p))),
-			lv: "-", size: "-", owner: "-", device: "-", check: checkOK}
+		r := statusRow{Object: "pv/" + p.Name, State: st, Age: duration.HumanDuration(now.Sub(requestTime(p))),
+			LV: "-", Size: "-", Owner: "-", Device: "-", Check: checkOK}
 		if vg, lv, err := kube.ParsePVSpec(p.Annotations[kube.AnnSpec]); err == nil {
 			key := agent.DeviceClass(classes, vg) + "/" + lv
 			seen[key] = true
-			r.lv, r.size, r.owner, r.device = lvCell(key)
+			r.LV, r.Size, r.Owner, r.Device = lvCell(key)
 		}
 		switch st {
 		case kube.StateFailed:
-			r.check, r.detail = checkFailed, p.Annotations[kube.AnnReason]+": "+p.Annotations[kube.AnnError]
+			r.Check, r.Detail = checkFailed, p.Annotations[kube.AnnReason]+": "+p.Annotations[kube.AnnError]
 		case kube.StateDeleting:
-			r.check = checkPending
+			r.Check = checkPending
 			if bad, why := stuck(st, p); bad {
-				r.check, r.detail = checkStuck, why
+				r.Check, r.Detail = checkStuck, why
 			}
 		}
 		rows = append(rows, r)
@@ -186,52 +241,97 @@ func status(ctx context.Context, c kubernetes.Interface, o statusOptions) error 
 		if seen[key] {
 			continue
 		}
-		r := statusRow{object: "-", state: "-", age: "-", lv: key, size: resource.NewQuantity(v.SizeBytes, resource.BinarySI).String(), owner: lvOwner(v), device: deviceCell(devs, v)}
+		r := statusRow{Object: "-", State: "-", Age: "-", LV: key, Size: resource.NewQuantity(v.SizeBytes, resource.BinarySI).String(), Owner: lvOwner(v), Device: deviceCell(devs, v)}
 		uid, tagged := agent.OwnerUID(&v)
 		switch {
 		case !tagged:
-			r.check = checkForeign
+			r.Check = checkForeign
 		case pvcUIDs[uid] != "":
-			r.check, r.detail = checkOK, "PVC "+pvcUIDs[uid]
+			r.Check, r.Detail = checkOK, "PVC "+pvcUIDs[uid]
 		case pvClaims[uid] != "":
-			r.check, r.detail = checkReleased, "no PVC "+uid+"; PV "+pvClaims[uid]+" still refers to it"
+			r.Check, r.Detail = checkReleased, "no PVC "+uid+"; PV "+pvClaims[uid]+" still refers to it"
 		default:
-			r.check, r.detail = checkOrphan, "no PVC of UID "+uid+" and no PV claiming it"
+			r.Check, r.Detail = checkOrphan, "no PVC of UID "+uid+" and no PV claiming it"
 		}
 		lone = append(lone, r)
 	}
-	sort.Slice(rows, func(i, j int) bool { return rows[i].object < rows[j].object })
-	sort.Slice(lone, func(i, j int) bool { return lone[i].lv < lone[j].lv })
+	sort.Slice(rows, func(i, j int) bool { return rows[i].Object < rows[j].Object })
+	sort.Slice(lone, func(i, j int) bool { return lone[i].LV < lone[j].LV })
 	rows = append(rows, lone...)
 
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "OBJECT\tSTATE\tAGE\tLV\tLV-SIZE\tLV-OWNER\tDEVICE\tCHECK\tDETAIL")
 	counts := map[string]int{}
 	for _, r := range rows {
-		counts[r.check]++
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.object, r.state, r.age, r.lv, r.size, r.owner, r.device, r.check, r.detail)
+		counts[r.Check]++
+	}
+	pools := thinPools(devs, lvs)
+	rep := statusReport{Node: o.node, Volumes: rows, ThinPools: pools, DeviceState: dmNote, Summary: statusSummary{
+		Rows: len(rows), LVsChecked: lvs != nil, MissingLVs: counts[checkMissing], OrphanLVs: counts[checkOrphan],
+		StuckRequests: counts[checkStuck], OtherProblems: counts[checkNotOurs] + counts[checkBadSpec] + counts[checkDevice]}}
+	for _, p := range pools {
+		if len(p.Problems) > 0 {
+			rep.Summary.UnhealthyThinPools++
+		}
+	}
+	if lvmdErr != nil {
+		rep.LVMDError = lvmdErr.Error()
+	}
+	if err := printStatus(os.Stdout, rep, o.output); err != nil {
+		return err
+	}
+	sum := rep.Summary
+	switch {
+	case lvmdErr != nil:
+		return fmt.Errorf("lvmd side unavailable: %w", lvmdErr)
+	case sum.MissingLVs+sum.OrphanLVs+sum.StuckRequests+sum.UnhealthyThinPools+sum.OtherProblems > 0:
+		return errProblems
+	}
+	return nil
+}
+
+// printStatus prints the report as a table (wide: with the LV owner and
+// device columns), or whole as JSON or YAML.
+func printStatus(out io.Writer, rep statusReport, format string) error {
+	switch format {
+	case "json", "yaml":
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err == nil && format == "yaml" {
+			b, err = yaml.JSONToYAML(b)
+		}
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(out, "%s\n", bytes.TrimSpace(b))
+		return err
+	}
+	wide := format == "wide"
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	if wide {
+		fmt.Fprintln(w, "OBJECT\tSTATE\tAGE\tLV\tLV-SIZE\tLV-OWNER\tDEVICE\tCHECK\tDETAIL")
+	} else {
+		fmt.Fprintln(w, "OBJECT\tSTATE\tAGE\tLV\tLV-SIZE\tCHECK\tDETAIL")
+	}
+	for _, r := range rep.Volumes {
+		if wide {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Object, r.State, r.Age, r.LV, r.Size, r.Owner, r.Device, r.Check, r.Detail)
+		} else {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Object, r.State, r.Age, r.LV, r.Size, r.Check, r.Detail)
+		}
 	}
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	badPools := printPools(os.Stdout, devs, lvs)
-	if devs == nil {
-		fmt.Printf("\ndevice state: %s\n", dmNote)
+	printPools(out, rep.ThinPools)
+	if rep.DeviceState != "" {
+		fmt.Fprintf(out, "\ndevice state: %s\n", rep.DeviceState)
 	}
-	problems := counts[checkMissing] + counts[checkOrphan] + counts[checkStuck] + counts[checkNotOurs] + counts[checkBadSpec] + counts[checkDevice] + badPools
-	lvmdSide := fmt.Sprintf("%d missing LVs, %d orphan LVs", counts[checkMissing], counts[checkOrphan])
-	if lvs == nil {
+	s := rep.Summary
+	lvmdSide := fmt.Sprintf("%d missing LVs, %d orphan LVs", s.MissingLVs, s.OrphanLVs)
+	if !s.LVsChecked {
 		lvmdSide = "LVs not checked"
 	}
-	fmt.Printf("\nnode %s: %d rows; %s, %d stuck requests, %d unhealthy thin pools, %d other problems\n",
-		orAll(o.node), len(rows), lvmdSide, counts[checkStuck], badPools, counts[checkNotOurs]+counts[checkBadSpec]+counts[checkDevice])
-	switch {
-	case lvmdErr != nil:
-		return fmt.Errorf("lvmd side unavailable: %w", lvmdErr)
-	case problems > 0:
-		return errProblems
-	}
-	return nil
+	_, err := fmt.Fprintf(out, "\nnode %s: %d rows; %s, %d stuck requests, %d unhealthy thin pools, %d other problems\n",
+		orAll(rep.Node), s.Rows, lvmdSide, s.StuckRequests, s.UnhealthyThinPools, s.OtherProblems)
+	return err
 }
 
 // listLVs returns every LV of the device classes (all lvmd serves when
@@ -333,39 +433,44 @@ func deviceCell(devs map[agent.DevNum]agent.DeviceState, v lvmbackend.Volume) st
 	return cell
 }
 
-// printPools prints the thin pools that hold the listed LVs, with their
-// fill levels, and returns how many are unhealthy (failed, read-only, out of
-// data space, needing a check).
-func printPools(w io.Writer, devs map[agent.DevNum]agent.DeviceState, lvs map[string]lvmbackend.Volume) int {
+// thinPools are the thin pools that hold the listed LVs, with their fill
+// levels and problems (failed, read-only, out of data space, needing a
+// check), sorted by name.
+func thinPools(devs map[agent.DevNum]agent.DeviceState, lvs map[string]lvmbackend.Volume) []poolStatus {
 	used := map[agent.DevNum]int{}
 	for _, v := range lvs {
 		if d, ok := devs[devNum(v)]; ok && d.Thin != nil {
 			used[d.Pool]++
 		}
 	}
-	var lines []string
-	bad := 0
+	out := []poolStatus{}
 	for n, count := range used {
 		d, ok := devs[n]
 		if !ok || d.ThinPool == nil {
 			continue
 		}
 		p := d.ThinPool
-		line := fmt.Sprintf("thin pool %s (%s, %s): %d LVs; data %d/%d blocks (%.2f%%), metadata %d/%d blocks (%.2f%%), mode %s",
-			agent.LVMName(d.Name), d.Name, n, count, p.UsedDataBlocks, p.TotalDataBlocks, 100*p.DataUsedFraction(),
-			p.UsedMetadataBlocks, p.TotalMetadataBlocks, 100*p.MetadataUsedFraction(), p.Mode)
-		if problems := d.PoolProblems(); len(problems) > 0 {
-			bad++
-			line += "  UNHEALTHY: " + strings.Join(problems, ", ")
-		}
-		lines = append(lines, line)
+		out = append(out, poolStatus{Name: agent.LVMName(d.Name), Device: d.Name, DevNum: n.String(), LVs: count,
+			UsedDataBlocks: p.UsedDataBlocks, TotalDataBlocks: p.TotalDataBlocks, DataUsedPercent: 100 * p.DataUsedFraction(),
+			UsedMetadataBlocks: p.UsedMetadataBlocks, TotalMetadataBlocks: p.TotalMetadataBlocks, MetadataUsedPercent: 100 * p.MetadataUsedFraction(),
+			Mode: string(p.Mode), Problems: d.PoolProblems()})
 	}
-	sort.Strings(lines)
-	if len(lines) > 0 {
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// printPools prints one line per thin pool.
+func printPools(w io.Writer, pools []poolStatus) {
+	if len(pools) > 0 {
 		fmt.Fprintln(w)
 	}
-	for _, l := range lines {
-		fmt.Fprintln(w, l)
+	for _, p := range pools {
+		line := fmt.Sprintf("thin pool %s (%s, %s): %d LVs; data %d/%d blocks (%.2f%%), metadata %d/%d blocks (%.2f%%), mode %s",
+			p.Name, p.Device, p.DevNum, p.LVs, p.UsedDataBlocks, p.TotalDataBlocks, p.DataUsedPercent,
+			p.UsedMetadataBlocks, p.TotalMetadataBlocks, p.MetadataUsedPercent, p.Mode)
+		if len(p.Problems) > 0 {
+			line += "  UNHEALTHY: " + strings.Join(p.Problems, ", ")
+		}
+		fmt.Fprintln(w, line)
 	}
-	return bad
 }

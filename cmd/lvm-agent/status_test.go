@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/lvm-agent/lvm-agent/agent"
 	"github.com/lvm-agent/lvm-agent/lvmbackend"
@@ -36,14 +37,17 @@ func TestDeviceCellAndPools(t *testing.T) {
 	assert.Equal(t, "?", deviceCell(nil, lv(0)), "device-mapper not read")
 
 	var out strings.Builder
-	bad := printPools(&out, devs, map[string]lvmbackend.Volume{"thin/a": lv(3), "thick/b": lv(0), "thin/c": lv(10)})
-	assert.Equal(t, 1, bad)
+	pools := thinPools(devs, map[string]lvmbackend.Volume{"thin/a": lv(3), "thick/b": lv(0), "thin/c": lv(10)})
+	require.Len(t, pools, 2)
+	assert.Empty(t, pools[0].Problems)
+	assert.Equal(t, []string{"out_of_data_space"}, pools[1].Problems)
+	printPools(&out, pools)
 	assert.Equal(t, `
 thin pool vg0/pool0 (vg0-pool0-tpool, 254:2): 1 LVs; data 64/16384 blocks (0.39%), metadata 113/1024 blocks (11.04%), mode rw
 thin pool vg1/big (vg1-big-tpool, 254:9): 1 LVs; data 10/10 blocks (100.00%), metadata 1/4 blocks (25.00%), mode out_of_data_space  UNHEALTHY: out_of_data_space
 `, out.String())
 
 	out.Reset()
-	assert.Zero(t, printPools(&out, nil, map[string]lvmbackend.Volume{"thin/a": lv(3)}))
+	printPools(&out, thinPools(nil, map[string]lvmbackend.Volume{"thin/a": lv(3)}))
 	assert.Empty(t, out.String())
 }

@@ -29,10 +29,14 @@ const (
 )
 
 const volumeUsage = `Usage:
-  lvm-agent volume create --namespace NS --pvc NAME --vg VG --size 1Gi [--name LV] [--tags a,b] [--timeout 5m]
+  lvm-agent volume create [-n NS] --pvc NAME --vg VG --size 1Gi [--name LV] [--tags a,b] [--timeout 5m]
   lvm-agent volume delete --pv NAME [--vg VG --lv LV] [--timeout 5m]
   lvm-agent volume status [--node NODE] [--backend topolvm|google-lvmd|none] [--lvmd-socket PATH] [--stuck-after 5m]
-                          [--device-classes a,b] [--device-mapper-control /dev/mapper/control]
+                          [--device-classes a,b] [--device-mapper-control /dev/mapper/control] [-o json|yaml|wide]
+  lvm-agent volume COMMAND --help    the command's flags
+
+Every command takes kubectl's connection flags: --kubeconfig (default
+$KUBECONFIG, then ~/.kube/config, then in-cluster) and --context.
 
 create and delete write the request and wait for the agent's answer, printing
 every state change. Exit codes: 0 done, 1 error, 2 usage, 3 failed,
@@ -51,17 +55,21 @@ unreachable included), 6 problems found.
 `
 
 func volumeMain(args []string) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	switch {
+	case len(args) == 0:
 		fmt.Fprint(os.Stderr, volumeUsage)
 		return exitUsage
+	case args[0] == "-h" || args[0] == "--help" || args[0] == "help":
+		fmt.Print(volumeUsage)
+		return exitOK
 	}
 	fs := flag.NewFlagSet("lvm-agent volume "+args[0], flag.ContinueOnError)
-	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file (default $KUBECONFIG; empty: in-cluster)")
+	var kf kubeFlags
+	kf.addFlags(fs, args[0] == "create")
 	timeout := fs.Duration("timeout", 5*time.Minute, "how long to wait for the agent's answer")
 	var cmd func(context.Context, kubernetes.Interface) error
 	switch args[0] {
 	case "create":
-		ns := fs.String("namespace", "default", "PVC namespace")
 		pvc := fs.String("pvc", "", "PVC name (required)")
 		vg := fs.String("vg", "", "volume group (required)")
 		size := fs.String("size", "", "size, e.g. 1Gi (required)")
@@ -72,16 +80,20 @@ func volumeMain(args []string) int {
 			if *pvc == "" || *vg == "" || err != nil {
 				return usageError("create needs --pvc, --vg and a valid --size")
 			}
+			ns, err := kf.ns()
+			if err != nil {
+				return err
+			}
 			if *name == "" {
-				obj, err := c.CoreV1().PersistentVolumeClaims(*ns).Get(ctx, *pvc, metav1.GetOptions{})
+				obj, err := c.CoreV1().PersistentVolumeClaims(ns).Get(ctx, *pvc, metav1.GetOptions{})
 				if err != nil {
 					return err
 				}
 				*name = "pvc-" + string(obj.UID)
 			}
 			spec := kube.CreateSpec{VolumeGroup: *vg, Name: *name, Size: q.Value(), Tags: splitList(*tags)}
-			fmt.Printf("PVC %s/%s: requesting %s/%s (%d bytes)\n", *ns, *pvc, *vg, *name, spec.Size)
-			return kube.CreateVolumeWithAnnotations(ctx, c, *ns, *pvc, spec, printState)
+			fmt.Printf("PVC %s/%s: requesting %s/%s (%d bytes)\n", ns, *pvc, *vg, *name, spec.Size)
+			return kube.CreateVolumeWithAnnotations(ctx, c, ns, *pvc, spec, printState)
 		}
 	case "delete":
 		pv := fs.String("pv", "", "PV name (required)")
@@ -117,15 +129,23 @@ func volumeMain(args []string) int {
 		fs.StringVar(&o.backend.tlsCA, "lvmd-tls-ca", "", "google/lvmd: CA that signed the server's certificate")
 		fs.StringVar(&o.classes, "device-classes", "", "device classes (google/lvmd: volume groups) to list, comma-separated (default: all lvmd serves)")
 		fs.StringVar(&o.dmControl, "device-mapper-control", devmapper.DefaultControlPath, "device-mapper control node, for the LVs' device state and thin-pool fill (empty or unreadable: not shown)")
+		const outputUsage = "output format: empty (a table), wide (the table with the LV owner and device columns), json or yaml (the whole report)"
+		fs.StringVar(&o.output, "output", "", outputUsage)
+		fs.StringVar(&o.output, "o", "", outputUsage)
 		cmd = func(ctx context.Context, c kubernetes.Interface) error { return status(ctx, c, o) }
 	default:
 		fmt.Fprint(os.Stderr, volumeUsage)
 		return exitUsage
 	}
-	if err := fs.Parse(args[1:]); err != nil {
-		return exitUsage
+	if code, ok := parseFlags(fs, args[1:]); !ok {
+		return code
 	}
-	c, err := newClient(*kubeconfig, 50, 100)
+	cfg, err := kf.restConfig()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return exitError
+	}
+	c, err := clientFor(cfg, 50, 100)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return exitError

@@ -358,7 +358,7 @@ func caseVolumeStatus(t *testing.T, s *stack) {
 	}
 
 	args := append([]string{"volume", "status", "--kubeconfig", env.cp.Kubeconfig, "--node", s.node,
-		"--device-classes", s.classes}, s.args...)
+		"--device-classes", s.classes, "-o", "wide"}, s.args...)
 	cmd := exec.Command(env.agentBin, args...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr

@@ -24,6 +24,9 @@ type Class struct {
 	// Thin classes allocate from a pool that may be overprovisioned.
 	Thin          bool
 	Overprovision float64
+	// MetadataPercent is what Watch reports as the thin pool's metadata fill
+	// (the model has no metadata of its own).
+	MetadataPercent float64
 }
 
 // LV is one logical volume of the model.
@@ -169,6 +172,7 @@ type Usage struct {
 	Class            string
 	Size, Free, Used uint64
 	Thin             bool
+	MetadataPercent  float64
 }
 
 // Usage reports every class, sorted by name.
@@ -198,7 +202,7 @@ func (m *LVM) usage(name string) (Usage, bool) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return Usage{Class: name, Size: c.SizeBytes, Free: c.free(), Used: c.used(), Thin: c.Thin}, true
+	return Usage{Class: name, Size: c.SizeBytes, Free: c.free(), Used: c.used(), Thin: c.Thin, MetadataPercent: c.MetadataPercent}, true
 }
 
 // Subscribe returns a channel that receives after every change, and a cancel func.

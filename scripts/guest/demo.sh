@@ -61,15 +61,15 @@ done
 cat "$work/devcluster.log"
 
 step "Starting lvm-agent for node $NODE (spec volumeGroup vg0 -> lvmd device class thick)"
-echo "\$ lvm-agent --node-name $NODE --kubeconfig $KUBECONFIG --backend topolvm --device-class-map vg0=thick --metrics-address 127.0.0.1:9809 &"
+echo "\$ lvm-agent --node-name $NODE --kubeconfig $KUBECONFIG --backend topolvm --device-class-map vg0=thick --metrics-address 127.0.0.1:8495 &"
 lvm-agent --node-name "$NODE" --kubeconfig "$KUBECONFIG" --backend topolvm \
-  --device-class-map vg0=thick --metrics-address 127.0.0.1:9809 >"$work/agent.log" 2>&1 &
+  --device-class-map vg0=thick --metrics-address 127.0.0.1:8495 >"$work/agent.log" 2>&1 &
 pids+=($!)
 for ((i = 0; i < 1200; i++)); do
-  wget -q -O /dev/null http://127.0.0.1:9809/readyz 2>/dev/null && break
+  wget -q -O /dev/null http://127.0.0.1:8495/readyz 2>/dev/null && break
   sleep 0.1
 done
-show wget -q -O - http://127.0.0.1:9809/readyz
+show wget -q -O - http://127.0.0.1:8495/readyz
 
 step "Creating PVC default/demo, scheduled to $NODE (what the scheduler does)"
 show lvm-devcluster pvc --namespace default --name demo --node "$NODE"
@@ -89,7 +89,7 @@ lv=$(lvm lvs --noheadings -o lv_name -S 'lv_name=~^pvc-' vg0 | tr -d ' ')
 [ -n "$lv" ]
 
 step "lvm-agent volume status: the request (API side) next to lvmd's LV and its device-mapper device"
-show lvm-agent volume status --node "$NODE" --device-class-map vg0=thick
+show lvm-agent volume status --node "$NODE" --device-class-map vg0=thick -o wide
 
 step "Creating PV demo-pv bound to the claim, with node affinity to $NODE (what the CSI provisioner does)"
 show lvm-devcluster pv --name demo-pv --claim default/demo --node "$NODE" --spec "vg0/$lv"

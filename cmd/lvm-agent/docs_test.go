@@ -1,0 +1,280 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The documentation's flag tables are checked against the binary's own
+// --help: a table follows a marker naming the commands it documents,
+//
+//	<!-- flags: lvm-agent volume create, lvm-agent volume delete -->
+//
+// and each row names flags (`--x`, `-n`) and their default. Every flag a
+// row names must exist in one of those commands, with that default; the
+// tables of docs/operations.md (the reference) must also name every flag.
+var docFiles = map[string]bool{"../../README.md": false, "../../docs/operations.md": true} // file: must name every flag
+
+const runMainEnv = "LVM_AGENT_TEST_RUN_MAIN"
+
+// TestMain lets the tests run this package's main as the real binary.
+func TestMain(m *testing.M) {
+	if os.Getenv(runMainEnv) == "1" {
+		main()
+	}
+	os.Exit(m.Run())
+}
+
+// helpDefaults runs "lvm-agent ARGS --help" and returns each flag's default
+// as --help prints it ("" when the flag's default is its zero value).
+func helpDefaults(t *testing.T, args ...string) map[string]string {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], append(args, "--help")...)
+	// Defaults that come from the environment or the host are not the
+	// documentation's business beyond naming their source.
+	cmd.Env = append(os.Environ(), runMainEnv+"=1", "NODE_NAME=", "KUBE_NODE_NAME=", "LVM_AGENT_DEVICE_CLASS_MAP=", "KUBECONFIG=")
+	out, err := cmd.Output()
+	require.NoError(t, err, "--help exits 0")
+	return parseHelp(string(out))
+}
+
+var (
+	helpFlag    = regexp.MustCompile(`^  -(\S+)`)
+	helpDefault = regexp.MustCompile(`\(default ("(?:[^"\\]|\\.)*"|[^\s()]+)\)$`)
+)
+
+// parseHelp reads the flag package's PrintDefaults format.
+func parseHelp(help string) map[string]string {
+	flags := map[string]string{}
+	name := ""
+	for _, l := range strings.Split(help, "\n") {
+		if m := helpFlag.FindStringSubmatch(l); m != nil {
+			name = m[1]
+			flags[name] = ""
+			l = strings.TrimPrefix(l, m[0])
+		}
+		if name == "" {
+			continue
+		}
+		if m := helpDefault.FindStringSubmatch(strings.TrimSpace(l)); m != nil {
+			v := m[1]
+			if u, err := strconv.Unquote(v); err == nil {
+				v = u
+			}
+			flags[name] = v
+		}
+	}
+	return flags
+}
+
+// docRow is one row of a flag table.
+type docRow struct {
+	line     int
+	flags    []string // without dashes
+	defaults []string // one for all flags, or one per flag
+}
+
+// docTable is a flag table and the commands its marker names.
+type docTable struct {
+	cmds []string
+	rows []docRow
+}
+
+// docTables returns the flag tables of a markdown file.
+func docTables(text string) []docTable {
+	marker := regexp.MustCompile(`^<!-- flags: (.+) -->$`)
+	flagToken := regexp.MustCompile("`(--?[a-z][a-z0-9-]*)`")
+	var tables []docTable
+	var cur *docTable
+	for i, l := range strings.Split(text, "\n") {
+		if m := marker.FindStringSubmatch(l); m != nil {
+			tables = append(tables, docTable{cmds: strings.Split(m[1], ", ")})
+			cur = &tables[len(tables)-1]
+			continue
+		}
+		if cur == nil {
+			continue
+		}
+		if !strings.HasPrefix(l, "|") {
+			if len(cur.rows) > 0 {
+				cur = nil // the table ended
+			}
+			continue
+		}
+		cells := strings.Split(strings.Trim(l, "|"), "|")
+		if len(cells) < 2 || !strings.Contains(cells[0], "`-") {
+			continue // the header and separator rows
+		}
+		r := docRow{line: i + 1}
+		for _, m := range flagToken.FindAllStringSubmatch(cells[0], -1) {
+			r.flags = append(r.flags, strings.TrimLeft(m[1], "-"))
+		}
+		// "a, b" pairs with the row's flags, except where the default comes
+		// from the environment ("`$NODE_NAME`, then `$KUBE_NODE_NAME`").
+		if strings.Contains(cells[1], "`$") {
+			r.defaults = []string{strings.TrimSpace(cells[1])}
+		} else {
+			for _, d := range strings.Split(cells[1], ", ") {
+				r.defaults = append(r.defaults, strings.TrimSpace(d))
+			}
+		}
+		cur.rows = append(cur.rows, r)
+	}
+	return tables
+}
+
+// zeroSpellings are how the docs say "no default": --help prints none.
+var zeroSpellings = []string{"", "(none)", "none", "false", "0", "(off)", "off", "empty", "in-cluster", "(same name)", "text"}
+
+// sameDefault: does the documented default doc say what --help's help does?
+// A default documented as an environment variable ("`$NODE_NAME`, then …")
+// comes from the environment and is not compared.
+func sameDefault(doc, help string) bool {
+	if strings.Contains(doc, "`$") {
+		return true
+	}
+	doc = strings.TrimSpace(regexp.MustCompile(`\s*\(.*\)$`).ReplaceAllString(doc, ""))
+	if doc == "" { // a cell that was only a parenthesis: "(none)"
+		return help == ""
+	}
+	doc = strings.Trim(doc, "`")
+	if doc == help {
+		return true
+	}
+	if help == "" || help == "0s" {
+		return slices.Contains(zeroSpellings, doc)
+	}
+	if a, err := time.ParseDuration(doc); err == nil {
+		b, err := time.ParseDuration(help)
+		return err == nil && a == b
+	}
+	if a, err := strconv.ParseFloat(doc, 64); err == nil {
+		b, err := strconv.ParseFloat(help, 64)
+		return err == nil && a == b
+	}
+	return false
+}
+
+// checkRows compares a command set's documented rows with --help.
+func checkRows(file string, cmds map[string]map[string]string, rows []docRow) []string {
+	var problems []string
+	for _, r := range rows {
+		if len(r.defaults) != 1 && len(r.defaults) != len(r.flags) {
+			problems = append(problems, fmt.Sprintf("%s:%d: %d flags but %d defaults", file, r.line, len(r.flags), len(r.defaults)))
+			continue
+		}
+		for i, f := range r.flags {
+			doc := r.defaults[0]
+			if len(r.defaults) > 1 {
+				doc = r.defaults[i]
+			}
+			found := false
+			for cmd, flags := range cmds {
+				help, ok := flags[f]
+				if !ok {
+					continue
+				}
+				found = true
+				if !sameDefault(doc, help) {
+					problems = append(problems, fmt.Sprintf("%s:%d: --%s: documented default %q, but %s --help says %q", file, r.line, f, doc, cmd, help))
+				}
+			}
+			if !found {
+				problems = append(problems, fmt.Sprintf("%s:%d: --%s is documented but no command has it", file, r.line, f))
+			}
+		}
+	}
+	slices.Sort(problems)
+	return problems
+}
+
+func TestDocumentedFlagsMatchHelp(t *testing.T) {
+	commands := map[string][]string{
+		"lvm-agent":               nil,
+		"lvm-agent volume create": {"volume", "create"},
+		"lvm-agent volume delete": {"volume", "delete"},
+		"lvm-agent volume status": {"volume", "status"},
+	}
+	help := map[string]map[string]string{}
+	for name, args := range commands {
+		help[name] = helpDefaults(t, args...)
+		require.NotEmpty(t, help[name], name)
+	}
+	for file, complete := range docFiles {
+		text, err := os.ReadFile(file)
+		require.NoError(t, err)
+		tables := docTables(string(text))
+		require.NotEmpty(t, tables, "%s has flag tables", file)
+		var problems []string
+		byCmd := map[string][]docRow{}
+		for _, tb := range tables {
+			cmds := map[string]map[string]string{}
+			for _, c := range tb.cmds {
+				require.Contains(t, help, c, "%s: a marker names an unknown command", file)
+				cmds[c] = help[c]
+				byCmd[c] = append(byCmd[c], tb.rows...)
+			}
+			problems = append(problems, checkRows(file, cmds, tb.rows)...)
+		}
+		if complete {
+			for c, flags := range help {
+				for f := range flags {
+					if !slices.ContainsFunc(byCmd[c], func(r docRow) bool { return slices.Contains(r.flags, f) }) {
+						problems = append(problems, fmt.Sprintf("%s: %s --%s is not documented", file, c, f))
+					}
+				}
+			}
+		}
+		slices.Sort(problems)
+		assert.Empty(t, problems, "%s disagrees with --help", file)
+	}
+}
+
+// The check fails when a documented default or flag drifts.
+func TestDocsDriftIsCaught(t *testing.T) {
+	help := parseHelp(`Usage of x:
+  -workers int
+    	requests handled in parallel (default 8)
+  -sweep-interval duration
+    	how often (default 30m0s)
+  -backend string
+    	dialect (default "topolvm")
+  -node-name string
+    	this node's name (default from $NODE_NAME, then $KUBE_NODE_NAME)
+  -allow-untagged-delete
+    	let deletes remove LVs
+`)
+	assert.Equal(t, map[string]string{"workers": "8", "sweep-interval": "30m0s", "backend": "topolvm", "node-name": "", "allow-untagged-delete": ""}, help)
+	cmds := map[string]map[string]string{"x": help}
+	table := func(rows string) []docRow {
+		return docTables("<!-- flags: x -->\n| flag | default |\n|---|---|\n" + rows)[0].rows
+	}
+	for _, tc := range []struct {
+		name, rows string
+		problems   int
+	}{
+		{"agrees", "| `--workers` | 8 |\n| `--sweep-interval` | 30m |\n| `--backend` | `topolvm` |\n| `--node-name` | `$NODE_NAME` |\n| `--allow-untagged-delete` | false |\n", 0},
+		{"wrong number", "| `--workers` | 16 |\n", 1},
+		{"wrong duration", "| `--sweep-interval` | 30s |\n", 1},
+		{"wrong string", "| `--backend` | `google-lvmd` |\n", 1},
+		{"zero documented as a value", "| `--allow-untagged-delete` | true |\n", 1},
+		{"flag gone", "| `--no-such-flag` | 1 |\n", 1},
+		{"pairs", "| `--workers`, `--sweep-interval` | 8, 30m |\n", 0},
+		{"pairs, one wrong", "| `--workers`, `--sweep-interval` | 8, 1h |\n", 1},
+		{"ambiguous row", "| `--workers`, `--sweep-interval`, `--backend` | 8, 30m |\n", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Len(t, checkRows("doc.md", cmds, table(tc.rows)), tc.problems)
+		})
+	}
+}

@@ -1,0 +1,153 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+var chartDir = filepath.Join("..", "charts", "lvm-agent")
+
+// helm is Helm's own binary: $LVM_AGENT_HELM (make test-integration sets
+// it), else what scripts/helm.sh builds into the cache.
+func helm(t *testing.T, args ...string) ([]byte, error) {
+	t.Helper()
+	bin := os.Getenv("LVM_AGENT_HELM")
+	if bin == "" {
+		out, err := exec.Command(filepath.Join("..", "scripts", "helm.sh")).Output()
+		require.NoError(t, err, "scripts/helm.sh")
+		bin = strings.TrimSpace(string(out))
+	}
+	var stderr bytes.Buffer
+	cmd := exec.Command(bin, args...)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Logf("helm %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return out, err
+}
+
+// renderChart renders the chart as release lvm-agent in namespace
+// lvm-agent, with --set values.
+func renderChart(t *testing.T, sets ...string) []*unstructured.Unstructured {
+	t.Helper()
+	args := []string{"template", "lvm-agent", chartDir, "--namespace", "lvm-agent"}
+	for _, s := range sets {
+		args = append(args, "--set", s)
+	}
+	out, err := helm(t, args...)
+	require.NoError(t, err)
+	return decodeManifests(t, "helm template", bytes.NewReader(out))
+}
+
+// Each lvmd mode, rendered by Helm and applied server-side (dry run,
+// strict field validation) to the real API server.
+func TestChartModes(t *testing.T) {
+	_, err := helm(t, "lint", "--strict", chartDir)
+	require.NoError(t, err, "helm lint")
+	_, err = cp.Client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "lvm-agent"}}, metav1.CreateOptions{})
+	if !apierrors.IsAlreadyExists(err) {
+		require.NoError(t, err)
+	}
+	for _, tc := range []struct {
+		mode  string
+		check func(t *testing.T, objs []*unstructured.Unstructured)
+	}{
+		{"sidecar", checkSidecar},
+		{"host", checkHostLVMD},
+		{"none", checkNoLVMD},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			objs := renderChart(t, "lvmd.mode="+tc.mode)
+			checkCommon(t, objs)
+			tc.check(t, objs)
+			dryRunApply(t, objs)
+		})
+	}
+	_, err = helm(t, "template", "x", chartDir, "--set", "lvmd.mode=daemon")
+	assert.Error(t, err, "an unknown mode fails to render")
+}
+
+func checkNoLVMD(t *testing.T, objs []*unstructured.Unstructured) {
+	ds := deployTyped[appsv1.DaemonSet](t, deployFind(t, objs, "DaemonSet", "lvm-agent"))
+	pod := ds.Spec.Template.Spec
+	require.Len(t, pod.Containers, 1)
+	assert.Empty(t, pod.Volumes, "no socket, no lvmd configuration")
+	assert.False(t, pod.HostPID)
+	assert.True(t, pod.HostNetwork, "google/lvmd on the node's loopback")
+	assert.Equal(t, corev1.DNSClusterFirstWithHostNet, pod.DNSPolicy)
+	args := pod.Containers[0].Args
+	assert.Contains(t, args, "--backend=google-lvmd")
+	assert.Contains(t, args, "--lvmd-address=127.0.0.1:1234")
+}
+
+// The chart's rules are deploy/base's, which integration/rbac_test.go
+// proves are enough and no more.
+func TestChartRBACIsDeploys(t *testing.T) {
+	rules := func(objs []*unstructured.Unstructured) []rbacv1.PolicyRule {
+		return deployTyped[rbacv1.ClusterRole](t, deployFind(t, objs, "ClusterRole", "lvm-agent")).Rules
+	}
+	assert.Equal(t, rules(renderKustomization(t, filepath.Join(deployDir(), "base"))), rules(renderChart(t)))
+}
+
+func TestChartValues(t *testing.T) {
+	ds := func(sets ...string) appsv1.DaemonSet {
+		return *deployTyped[appsv1.DaemonSet](t, deployFind(t, renderChart(t, sets...), "DaemonSet", "lvm-agent"))
+	}
+	def := ds()
+	// A node without the VG must not hold up a rollout by itself.
+	require.NotNil(t, def.Spec.UpdateStrategy.RollingUpdate)
+	assert.Equal(t, intstr.FromString("25%"), *def.Spec.UpdateStrategy.RollingUpdate.MaxUnavailable)
+	assert.Equal(t, []corev1.Toleration{{Operator: corev1.TolerationOpExists}}, def.Spec.Template.Spec.Tolerations)
+	assert.Equal(t, "system-node-critical", def.Spec.Template.Spec.PriorityClassName)
+
+	sel := ds(`nodeSelector.lvm-agent\.io/vg1=true`, "updateStrategy.rollingUpdate.maxUnavailable=3", "tolerations=null")
+	assert.Equal(t, map[string]string{"lvm-agent.io/vg1": "true"}, sel.Spec.Template.Spec.NodeSelector)
+	assert.Equal(t, intstr.FromInt32(3), *sel.Spec.UpdateStrategy.RollingUpdate.MaxUnavailable)
+	assert.Empty(t, sel.Spec.Template.Spec.Tolerations)
+
+	// A configuration change rolls the Pods: the template's checksum moves.
+	sum := func(d appsv1.DaemonSet) string { return d.Spec.Template.Annotations["checksum/config"] }
+	require.NotEmpty(t, sum(def))
+	assert.NotEqual(t, sum(def), sum(ds("agent.deviceClassMap=vg1=ssd")))
+	assert.NotEqual(t, sum(def), sum(ds("lvmd.config.device-classes[0].spare-gb=5")))
+	assert.Equal(t, sum(def), sum(ds("agent.resources.requests.cpu=20m")), "only configuration changes it")
+
+	// Metrics: the port, and off (no probes then).
+	agent := func(d appsv1.DaemonSet) corev1.Container { return podContainer(t, d.Spec.Template.Spec, "lvm-agent") }
+	port := ds("metrics.port=9999", "metrics.podAnnotations.prometheus\\.io/scrape=true")
+	assert.Contains(t, agent(port).Args, "--metrics-address=:9999")
+	assert.Equal(t, int32(9999), agent(port).Ports[0].ContainerPort)
+	assert.Equal(t, "metrics", agent(port).Ports[0].Name)
+	assert.Equal(t, "true", port.Spec.Template.Annotations["prometheus.io/scrape"])
+	off := agent(ds("metrics.enabled=false"))
+	assert.Contains(t, off.Args, "--metrics-address=")
+	assert.Nil(t, off.ReadinessProbe)
+	assert.Empty(t, off.Ports)
+
+	// Resources and extra flags, which must be flags the agent knows.
+	extra := ds("agent.extraArgs={--watch-mode=labelled,--log-format=json}", "agent.resources.limits.memory=1Gi", "lvmd.resources.requests.memory=64Mi")
+	a := agent(extra)
+	mem := a.Resources.Limits[corev1.ResourceMemory]
+	assert.Equal(t, "1Gi", mem.String())
+	mem = podContainer(t, extra.Spec.Template.Spec, "lvmd").Resources.Requests[corev1.ResourceMemory]
+	assert.Equal(t, "64Mi", mem.String())
+	args := expandKube(t, a.Args, map[string]string{"NODE_NAME": "node-1", "LVM_AGENT_DEVICE_CLASS_MAP": ""})
+	assert.Contains(t, args, "--watch-mode=labelled")
+	checkAgentFlags(t, args)
+}
