@@ -23,9 +23,9 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 CACHE=${LVM_AGENT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lvm-agent}
-# LVM_AGENT_BIN and LVM_AGENT_RUN keep two checkouts on one machine from
+# LVM_AGENT_BIN_DIR and LVM_AGENT_RUN keep two checkouts on one machine from
 # sharing built binaries and run folders.
-OUT=${LVM_AGENT_BIN:-$CACHE/bin}
+OUT=${LVM_AGENT_BIN_DIR:-$CACHE/bin}
 RUN=${LVM_AGENT_RUN:-$CACHE/run}
 log() { echo "guest-files: $*" >&2; }
 
