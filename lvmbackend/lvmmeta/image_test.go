@@ -1,0 +1,85 @@
+package lvmmeta
+
+import (
+	"bytes"
+	"encoding/binary"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// image is an in-memory PV laid out the way pvcreate and vgcreate lay one
+// out: the label in sector 1, one metadata area at 4 KiB.
+type image struct {
+	b        []byte
+	uuid     string // 32 characters, no dashes
+	mdaStart uint64
+	mdaSize  uint64
+}
+
+func newImage(uuid string, mdaSize uint64) *image {
+	im := &image{b: make([]byte, 4096+mdaSize+4096), uuid: strings.ReplaceAll(uuid, "-", ""), mdaStart: 4096, mdaSize: mdaSize}
+	im.writeLabel()
+	im.commit(RawLocn{}) // an empty area, as pvcreate leaves it
+	return im
+}
+
+func (im *image) writeLabel() {
+	le := binary.LittleEndian
+	sec := im.b[sectorSize : 2*sectorSize]
+	clear(sec)
+	copy(sec, labelID)
+	le.PutUint64(sec[8:], 1)
+	le.PutUint32(sec[20:], labelHeaderSize)
+	copy(sec[24:], labelType)
+	pv := sec[labelHeaderSize:]
+	copy(pv, im.uuid)
+	le.PutUint64(pv[32:], uint64(len(im.b)))
+	areas := pv[40:]
+	le.PutUint64(areas[0:], im.mdaStart+im.mdaSize) // data area, size 0: to the end
+	// {0,0} ends the data areas, then the metadata area and its {0,0}.
+	le.PutUint64(areas[32:], im.mdaStart)
+	le.PutUint64(areas[40:], im.mdaSize)
+	le.PutUint32(sec[16:], checksum(sec[20:]))
+}
+
+// commit writes the header with slot 0 = c.
+func (im *image) commit(c RawLocn) {
+	le := binary.LittleEndian
+	h := im.b[im.mdaStart : im.mdaStart+mdaHeaderSize]
+	clear(h)
+	copy(h[4:], mdaMagic)
+	le.PutUint32(h[20:], fmtVersion)
+	le.PutUint64(h[24:], im.mdaStart)
+	le.PutUint64(h[32:], im.mdaSize)
+	le.PutUint64(h[40:], c.Offset)
+	le.PutUint64(h[48:], c.Size)
+	le.PutUint32(h[56:], c.Checksum)
+	le.PutUint32(h[60:], c.Flags)
+	le.PutUint32(h, checksum(h[4:]))
+}
+
+// writeText puts text into the ring at offset (from the area's start),
+// wrapping to just after the header, and returns the slot for it.
+func (im *image) writeText(offset uint64, text []byte) RawLocn {
+	ring := im.b[im.mdaStart : im.mdaStart+im.mdaSize]
+	n := copy(ring[offset:], text)
+	copy(ring[mdaHeaderSize:], text[n:])
+	return RawLocn{Offset: offset, Size: uint64(len(text)), Checksum: checksum(text)}
+}
+
+func (im *image) reader() *bytes.Reader { return bytes.NewReader(im.b) }
+
+func readTestdata(t testing.TB, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile("testdata/" + name)
+	require.NoError(t, err)
+	return b
+}
+
+// withSeqno rewrites the seqno of a VG text.
+func withSeqno(text []byte, seqno string) []byte {
+	return bytes.Replace(text, []byte("seqno = 42"), []byte("seqno = "+seqno), 1)
+}
