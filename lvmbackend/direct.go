@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"slices"
@@ -46,6 +47,8 @@ type DirectConfig struct {
 	DevicesFile string
 	// PollInterval is how often WatchCapacity re-reads the metadata.
 	PollInterval time.Duration
+	// Closer, when set, is closed with the Direct (the DM it opened).
+	Closer io.Closer
 }
 
 // DeviceInfo is the device-mapper query Direct needs.
@@ -110,8 +113,14 @@ func (d *Direct) Collect(ch chan<- prometheus.Metric) {
 	d.direct.Collect(ch)
 }
 
-// Close closes lvmd's connection.
-func (d *Direct) Close() error { return d.Backend.Close() }
+// Close closes lvmd's connection and the Closer.
+func (d *Direct) Close() error {
+	err := d.Backend.Close()
+	if d.cfg.Closer != nil {
+		err = errors.Join(err, d.cfg.Closer.Close())
+	}
+	return err
+}
 
 // errClass: the class is not one the direct reader was told about.
 var errClass = errors.New("device class not configured for direct reads")

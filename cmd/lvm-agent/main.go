@@ -54,6 +54,7 @@ type options struct {
 	dmControl                            string
 	capacityAnnotation                   string
 	gc                                   gcOptions
+	meta                                 metadataOptions
 }
 
 func agentMain(args []string) int {
@@ -87,6 +88,7 @@ func agentMain(args []string) int {
 	fs.StringVar(&o.dmControl, "device-mapper-control", "/dev/mapper/control", "device-mapper control node, to confirm LV devices and report thin-pool usage (empty: off; unreadable: noted once, then off)")
 	fs.StringVar(&o.capacityAnnotation, "node-capacity-annotation", agent.DefaultCapacityAnnotation, "Node annotation kept up to date with each device class's size and free bytes (empty: off)")
 	o.gc.addFlags(fs)
+	o.meta.addFlags(fs)
 	klogFlags := flag.NewFlagSet("klog", flag.ExitOnError)
 	klog.InitFlags(klogFlags)
 	// Logs go to stderr; of klog's many flags only verbosity is worth offering.
@@ -129,6 +131,9 @@ func run(o options) error {
 
 	ctx := signalContext()
 	reg := prometheus.NewRegistry()
+	if d, ok := backend.(*lvmbackend.Direct); ok {
+		reg.MustRegister(d)
+	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewBuildInfoCollector())
 	reg.MustRegister(clientMetrics)
 	metrics := agent.NewMetrics(reg)
@@ -214,7 +219,11 @@ func newClient(kubeconfig string, qps float64, burst int, tune ...func(*rest.Con
 func newBackend(o options) (lvmbackend.Backend, error) {
 	switch o.backend {
 	case "topolvm":
-		return lvmbackend.NewTopolvm(o.lvmdSocket)
+		b, err := lvmbackend.NewTopolvm(o.lvmdSocket)
+		if err != nil {
+			return nil, err
+		}
+		return withMetadata(b, o)
 	case "google-lvmd":
 		var tlsCfg *tls.Config
 		if o.tlsCert != "" || o.tlsKey != "" || o.tlsCA != "" {

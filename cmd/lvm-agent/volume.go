@@ -117,7 +117,11 @@ func volumeMain(args []string) int {
 		fs.StringVar(&o.backend.tlsCA, "lvmd-tls-ca", "", "google/lvmd: CA that signed the server's certificate")
 		fs.StringVar(&o.classes, "device-classes", "", "device classes (google/lvmd: volume groups) to list, comma-separated (default: all lvmd serves)")
 		fs.StringVar(&o.dmControl, "device-mapper-control", devmapper.DefaultControlPath, "device-mapper control node, for the LVs' device state and thin-pool fill (empty or unreadable: not shown)")
-		cmd = func(ctx context.Context, c kubernetes.Interface) error { return status(ctx, c, o) }
+		o.backend.meta.addFlags(fs)
+		cmd = func(ctx context.Context, c kubernetes.Interface) error {
+			o.backend.dmControl = o.dmControl // the direct LVM reader's too
+			return status(ctx, c, o)
+		}
 	default:
 		fmt.Fprint(os.Stderr, volumeUsage)
 		return exitUsage
