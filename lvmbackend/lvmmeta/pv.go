@@ -17,6 +17,8 @@ type PVMetadata struct {
 	// VG is the newest committed text of the PV's metadata areas; nil for
 	// a PV in no VG or one without metadata areas.
 	VG *VG
+	// Wrapped says that VG's text wraps around the end of its ring.
+	Wrapped bool
 	// textCRC identifies VG's text, to tell two copies of one seqno apart.
 	textCRC uint32
 }
@@ -71,14 +73,14 @@ func (rd *Reader) ReadPV(r io.ReaderAt, name string) (*PVMetadata, error) {
 	}
 	m := &PVMetadata{Label: l}
 	for _, a := range l.MetadataAreas {
-		vg, crc, err := rd.readArea(r, name, a)
+		vg, crc, wrapped, err := rd.readArea(r, name, a)
 		if err != nil {
 			return nil, fmt.Errorf("PV %s metadata area at %d: %w", l.PVUUID, a.Offset, err)
 		}
 		switch {
 		case vg == nil:
 		case m.VG == nil || vg.Seqno > m.VG.Seqno:
-			m.VG, m.textCRC = vg, crc
+			m.VG, m.textCRC, m.Wrapped = vg, crc, wrapped
 		case vg.Seqno == m.VG.Seqno && crc != m.textCRC:
 			return nil, corrupt("PV "+l.PVUUID, "two metadata areas hold different texts for seqno %d", vg.Seqno)
 		}
@@ -94,55 +96,56 @@ func (rd *Reader) readHeader(r io.ReaderAt, a Area) (*MDAHeader, error) {
 	return ParseMDAHeader(b, a)
 }
 
-func (rd *Reader) readArea(r io.ReaderAt, name string, a Area) (*VG, uint32, error) {
+func (rd *Reader) readArea(r io.ReaderAt, name string, a Area) (vg *VG, crc uint32, wrapped bool, err error) {
 	if a.Offset > 1<<62 || a.Size > 1<<62 {
-		return nil, 0, corrupt("label", "metadata area %d+%d is beyond any device", a.Offset, a.Size)
+		return nil, 0, false, corrupt("label", "metadata area %d+%d is beyond any device", a.Offset, a.Size)
 	}
 	h, err := rd.readHeader(r, a)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, false, err
 	}
 	for attempt := 0; attempt < readAttempts; attempt++ {
 		c := h.Committed
 		if c.Flags&rawLocnIgnored != 0 || c.Size == 0 {
-			return nil, 0, nil
+			return nil, 0, false, nil
 		}
 		key := cacheKey{name, a, c}
 		rd.mu.Lock()
 		vg := rd.cache[key]
 		rd.mu.Unlock()
+		wrapped := c.Offset+c.Size > h.Size
 		if vg != nil {
-			return vg, c.Checksum, nil
+			return vg, c.Checksum, wrapped, nil
 		}
 		if c.Size > rd.Limits.MaxText {
-			return nil, 0, fmt.Errorf("%w: committed text of %d bytes (limit %d)", ErrTooLarge, c.Size, rd.Limits.MaxText)
+			return nil, 0, false, fmt.Errorf("%w: committed text of %d bytes (limit %d)", ErrTooLarge, c.Size, rd.Limits.MaxText)
 		}
 		spans, err := h.textSpans()
 		if err != nil {
-			return nil, 0, err
+			return nil, 0, false, err
 		}
 		text := make([]byte, c.Size)
 		at := uint64(0)
 		for _, s := range spans {
 			if _, err := r.ReadAt(text[at:at+s.n], int64(s.off)); err != nil {
-				return nil, 0, fmt.Errorf("read metadata text: %w", err)
+				return nil, 0, false, fmt.Errorf("read metadata text: %w", err)
 			}
 			at += s.n
 		}
 		again, err := rd.readHeader(r, a)
 		if err != nil {
-			return nil, 0, err
+			return nil, 0, false, err
 		}
 		if again.Committed != c {
 			h = again // a commit landed meanwhile: read the new one
 			continue
 		}
 		if got := checksum(text); got != c.Checksum {
-			return nil, 0, &ChecksumError{What: "metadata text", Want: c.Checksum, Got: got}
+			return nil, 0, false, &ChecksumError{What: "metadata text", Want: c.Checksum, Got: got}
 		}
 		vg, err = ParseVG(text, rd.Limits)
 		if err != nil {
-			return nil, 0, err
+			return nil, 0, false, err
 		}
 		rd.mu.Lock()
 		// One entry per area: drop the area's older texts.
@@ -153,7 +156,7 @@ func (rd *Reader) readArea(r io.ReaderAt, name string, a Area) (*VG, uint32, err
 		}
 		rd.cache[key] = vg
 		rd.mu.Unlock()
-		return vg, c.Checksum, nil
+		return vg, c.Checksum, wrapped, nil
 	}
-	return nil, 0, ErrUnstable
+	return nil, 0, false, ErrUnstable
 }

@@ -3,6 +3,7 @@ package lvmmeta
 import (
 	"bytes"
 	"io"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -17,8 +18,8 @@ func TestReadPV(t *testing.T) {
 	cases := map[string]uint64{
 		"after the header": mdaHeaderSize,
 		// The text starts near the end of the ring and goes on after the header.
-		"wrapped":       mdaHeaderSize + ring - 100,
-		"wrapped early": mdaHeaderSize + ring - uint64(len(text)) + 1,
+		"wrapped":         mdaHeaderSize + ring - 100,
+		"wrapped early":   mdaHeaderSize + ring - uint64(len(text)) + 1,
 		"ends at the end": mdaHeaderSize + ring - uint64(len(text)),
 	}
 	for name, offset := range cases {
@@ -33,6 +34,7 @@ func TestReadPV(t *testing.T) {
 			require.NotNil(t, m.VG)
 			assert.Equal(t, uint64(42), m.VG.Seqno)
 			assert.Len(t, m.VG.LVs, 10)
+			assert.Equal(t, strings.HasPrefix(name, "wrapped"), m.Wrapped)
 		})
 	}
 }

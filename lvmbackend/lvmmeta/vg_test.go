@@ -121,3 +121,24 @@ func nest(n int) string {
 	}
 	return s
 }
+
+func TestAttr(t *testing.T) {
+	vg, err := ParseVG(readTestdata(t, "vg0.vgtext"), DefaultLimits)
+	require.NoError(t, err)
+	cases := []struct {
+		lv           string
+		active, open bool
+		want         string
+	}{
+		{"lin", true, true, "owi-aos---"},
+		{"str", true, false, "-wi-a-----"},
+		{"str", false, false, "-wi-------"},
+		{"pool", true, false, "twi-a-tz--"},
+		{"thin", true, false, "Vwi-a-tz--"},
+		{"tsnap", false, false, "Vwi---tz-k"},
+		{"snap", true, false, "sri-a-s---"},
+	}
+	for _, c := range cases {
+		assert.Equal(t, c.want, vg.Attr(vg.LV(c.lv), c.active, c.open), c.lv)
+	}
+}
