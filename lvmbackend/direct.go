@@ -232,15 +232,19 @@ func (d *Direct) volume(ctx context.Context, c DirectClass, vg *lvmmeta.VG, lv *
 		return nil, nil
 	}
 	v := &Volume{DeviceClass: c.Name, Name: lv.Name, SizeBytes: int64(min(vg.SizeBytes(lv), math.MaxInt64)),
-		Tags: slices.Clone(lv.Tags), Origin: lv.Origin, Pool: lv.Pool}
-	info, err := d.cfg.DM.Info(ctx, lvmmeta.DMName(vg.Name, lv.Name))
+		Origin: lv.Origin, Pool: lv.Pool}
+	if len(lv.Tags) > 0 {
+		v.Tags = slices.Sorted(slices.Values(lv.Tags)) // as lvs prints them
+	}
+	dmName, dmUUID := vg.DMDevice(lv)
+	info, err := d.cfg.DM.Info(ctx, dmName)
 	active := false
 	switch {
 	case errors.Is(err, devmapper.ErrNotFound):
 	case err != nil:
 		return nil, err
-	case info.UUID != vg.DMUUID(lv):
-		return nil, fmt.Errorf("device %s has uuid %q, the metadata says %q", info.Name, info.UUID, vg.DMUUID(lv))
+	case info.UUID != dmUUID:
+		return nil, fmt.Errorf("device %s has uuid %q, the metadata says %q", info.Name, info.UUID, dmUUID)
 	default:
 		active = info.LiveTable
 		if active {

@@ -97,7 +97,7 @@ func TestDirectReads(t *testing.T) {
 	v, err := f.d.GetVolume(ctx, "thick", "lin")
 	require.NoError(t, err)
 	assert.Equal(t, &Volume{DeviceClass: "thick", Name: "lin", SizeBytes: 12 << 20,
-		Tags:     []string{"lvm-agent.io/owned", "odd:tag=with/chars&more#", "a\"quote\\back"},
+		Tags:     []string{"a\"quote\\back", "lvm-agent.io/owned", "odd:tag=with/chars&more#"}, // sorted, as lvs prints them
 		DevMajor: 254, DevMinor: 1, Attr: "owi-aos---"}, v)
 
 	v, err = f.d.GetVolume(ctx, "thin", "tsnap")

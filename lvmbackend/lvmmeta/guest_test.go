@@ -68,7 +68,7 @@ func compare(t *testing.T, dm *devmapper.Control, vg *lvmmeta.VG, want lvsReport
 		}
 		lv := vg.LV(name)
 		assert.Equal(t, row.UUID, lv.UUID, name)
-		assert.Equal(t, splitTags(row.Tags), lv.Tags, name)
+		assert.ElementsMatch(t, splitTags(row.Tags), lv.Tags, name)
 		assert.Equal(t, row.Origin, lv.Origin, name)
 		if lv.Type() == "thin" {
 			assert.Equal(t, row.Pool, lv.Pool, name)
@@ -81,12 +81,13 @@ func compare(t *testing.T, dm *devmapper.Control, vg *lvmmeta.VG, want lvsReport
 		if !lv.Visible() {
 			continue
 		}
-		info, err := dm.Info(context.Background(), lvmmeta.DMName(vg.Name, lv.Name))
-		active := err == nil && info.LiveTable && info.UUID == vg.DMUUID(lv)
+		dmName, dmUUID := vg.DMDevice(lv)
+		info, err := dm.Info(context.Background(), dmName)
+		active := err == nil && info.LiveTable && info.UUID == dmUUID
 		if active {
 			assert.Equal(t, row.Major+":"+row.Minor, strconv.Itoa(int(info.Major))+":"+strconv.Itoa(int(info.Minor)), name)
 		} else {
-			assert.Equal(t, "-1", row.Major, "%s: lvs says active, device-mapper has no %s", name, vg.DMUUID(lv))
+			assert.Equal(t, "-1", row.Major, "%s: lvs says active, device-mapper has no %s", name, dmUUID)
 		}
 		got := vg.Attr(lv, active, active && info.OpenCount > 0)
 		// Health (8) needs the kernel's target status; open (5) of a pool

@@ -2,8 +2,8 @@ package lvmmeta
 
 import (
 	"bytes"
+	"embed"
 	"encoding/binary"
-	"os"
 	"strings"
 	"testing"
 
@@ -72,9 +72,15 @@ func (im *image) writeText(offset uint64, text []byte) RawLocn {
 
 func (im *image) reader() *bytes.Reader { return bytes.NewReader(im.b) }
 
+// The test texts are embedded: the guest runs the test binary far from
+// the source tree.
+//
+//go:embed testdata/*.vgtext
+var testdata embed.FS
+
 func readTestdata(t testing.TB, name string) []byte {
 	t.Helper()
-	b, err := os.ReadFile("testdata/" + name)
+	b, err := testdata.ReadFile("testdata/" + name)
 	require.NoError(t, err)
 	return b
 }

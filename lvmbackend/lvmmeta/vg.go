@@ -148,6 +148,17 @@ func (vg *VG) DMUUID(lv *LV) string {
 	return "LVM-" + strings.ReplaceAll(vg.UUID, "-", "") + strings.ReplaceAll(lv.UUID, "-", "")
 }
 
+// DMDevice is the name and uuid of the device-mapper device whose state
+// is the LV's: its own, or for a thin pool the "-tpool" layer (the pool's
+// own device exists only while a thin volume of it is active).
+func (vg *VG) DMDevice(lv *LV) (name, uuid string) {
+	name, uuid = DMName(vg.Name, lv.Name), vg.DMUUID(lv)
+	if lv.Type() == "thin-pool" {
+		name, uuid = name+"-tpool", uuid+"-tpool"
+	}
+	return name, uuid
+}
+
 // DMName is the device-mapper name of an LV: "vg-lv" with dashes inside
 // either name doubled.
 func DMName(vg, lv string) string {
