@@ -134,8 +134,9 @@ func TestGuestLayouts(t *testing.T) {
 func TestGuestWrappedMetadata(t *testing.T) {
 	dm := openDM(t)
 	const vgName = "metawrap"
-	// A small metadata area: a few dozen commits go once around the ring.
-	devs := newVG(t, vgName, 1, 64<<20, "--metadatasize", "64k")
+	// A small metadata area (pvcreate rounds it up to the data
+	// alignment): a dozen commits go once around the ring.
+	devs := newVG(t, vgName, 1, 64<<20, "--dataalignment", "64k", "--metadatasize", "32k")
 	lvm(t, "lvcreate", "-y", "-an", "-Zn", "-L", "4m", "-n", "tagged", vgName)
 	rd := lvmmeta.NewReader(lvmmeta.Limits{})
 	commits := 200
@@ -162,7 +163,10 @@ func TestGuestWrappedMetadata(t *testing.T) {
 			compare(t, dm, vg, report(t, vgName))
 		}
 	}
-	t.Logf("%d commits, %d times the committed text wrapped around the ring", commits, wraps)
+	st, err := rd.Scan(context.Background(), devs)
+	require.NoError(t, err)
+	t.Logf("%d commits (seqno %d), %d times the committed text wrapped around the ring of %d bytes",
+		commits, st.VGs[vgName].Seqno, wraps, st.PVs[0].Label.MetadataAreas[0].Size-512)
 	assert.Positive(t, wraps, "the ring wrapped")
 }
 
