@@ -12,7 +12,7 @@ import (
 func (vg *VG) Attr(lv *LV, active, open bool) string {
 	b := []byte("----------")
 	typ := lv.Type()
-	b[0] = volumeType(lv, typ)
+	b[0], b[6] = typeChars(lv, typ)
 	b[1] = 'r'
 	if slices.Contains(lv.Status, "WRITE") {
 		b[1] = 'w'
@@ -30,7 +30,6 @@ func (vg *VG) Attr(lv *LV, active, open bool) string {
 	if open {
 		b[5] = 'o'
 	}
-	b[6] = targetType(lv, typ)
 	if vg.zeroes(lv, typ) {
 		b[7] = 'z'
 	}
@@ -40,30 +39,42 @@ func (vg *VG) Attr(lv *LV, active, open bool) string {
 	return string(b)
 }
 
-func volumeType(lv *LV, typ string) byte {
+// segmentChars are lv_attr's volume type (first) and target type (seventh)
+// characters for the segment types that decide them.
+func segmentChars(typ string) (volume, target byte, ok bool) {
 	switch {
 	case typ == "thin-pool":
-		return 't'
+		return 't', 't', true
 	case typ == "thin":
-		return 'V'
+		return 'V', 't', true
 	case strings.HasPrefix(typ, "cache") || typ == "writecache":
-		return 'C'
+		return 'C', 'C', true
 	case strings.HasPrefix(typ, "raid"):
-		return 'r'
+		return 'r', 'r', true
 	case strings.HasPrefix(typ, "mirror"):
-		return 'm'
+		return 'm', 'm', true
 	case typ == "vdo-pool":
-		return 'd'
+		return 'd', 'V', true
 	case typ == "vdo":
-		return 'v'
-	case len(lv.Snapshots) > 0:
-		return 'o'
-	case lv.Origin != "":
-		return 's'
-	case typ == "error" || typ == "zero":
-		return 'v'
+		return 'v', 'V', true
 	}
-	return '-'
+	return 0, 0, false
+}
+
+// typeChars adds the snapshot relations and virtual segments to segmentChars.
+func typeChars(lv *LV, typ string) (volume, target byte) {
+	if v, t, ok := segmentChars(typ); ok {
+		return v, t
+	}
+	switch {
+	case len(lv.Snapshots) > 0:
+		return 'o', 's'
+	case lv.Origin != "":
+		return 's', 's'
+	case typ == "error" || typ == "zero":
+		return 'v', 'v'
+	}
+	return '-', '-'
 }
 
 func allocation(policy string) byte {
@@ -78,26 +89,6 @@ func allocation(policy string) byte {
 		return 'a'
 	}
 	return 'i'
-}
-
-func targetType(lv *LV, typ string) byte {
-	switch {
-	case typ == "thin" || typ == "thin-pool":
-		return 't'
-	case strings.HasPrefix(typ, "cache") || typ == "writecache":
-		return 'C'
-	case strings.HasPrefix(typ, "raid"):
-		return 'r'
-	case strings.HasPrefix(typ, "mirror"):
-		return 'm'
-	case strings.HasPrefix(typ, "vdo"):
-		return 'V'
-	case len(lv.Snapshots) > 0 || lv.Origin != "":
-		return 's'
-	case typ == "error" || typ == "zero":
-		return 'v'
-	}
-	return '-'
 }
 
 // zeroes: a thin pool with zeroing, and its thin volumes, show 'z'.
