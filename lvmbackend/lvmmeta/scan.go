@@ -11,9 +11,10 @@ import (
 )
 
 // Devices lists the block devices to scan: every device of
-// /proc/partitions whose /dev path matches one of the globs (all when
-// there are none), except device-mapper devices (LVs themselves; lvm's
-// default scan_lvs=0 skips them too), CD and floppy drives.
+// /proc/partitions whose /dev path matches one of the globs, or without
+// globs every one but device-mapper devices (LVs themselves, which lvm's
+// default scan_lvs=0 skips too), CD and floppy drives. A PV on a
+// device-mapper device (LUKS, multipath) needs a glob such as /dev/dm-*.
 func Devices(globs []string) ([]string, error) {
 	f, err := os.Open("/proc/partitions")
 	if err != nil {
@@ -28,7 +29,7 @@ func Devices(globs []string) ([]string, error) {
 			continue
 		}
 		name := fs[3]
-		if strings.HasPrefix(name, "dm-") || strings.HasPrefix(name, "sr") || strings.HasPrefix(name, "fd") {
+		if len(globs) == 0 && (strings.HasPrefix(name, "dm-") || strings.HasPrefix(name, "sr") || strings.HasPrefix(name, "fd")) {
 			continue
 		}
 		path := "/dev/" + name
