@@ -68,45 +68,6 @@ stripes = ["pv0", %d]
 	lvm(t, "vgcfgrestore", "-f", backup, vg)
 }
 
-// lvmd runs topolvm's lvmd on vg with an lvm wrapper that appends each
-// command line to the returned log.
-func startLVMD(t *testing.T, vg string) (lvmbackend.Backend, string) {
-	bin := os.Getenv("LVMD_BIN")
-	if bin == "" {
-		bin = "/opt/lvm-agent/lvmd"
-	}
-	lvmPath, err := exec.LookPath("lvm")
-	require.NoError(t, err)
-	dir := t.TempDir()
-	execLog := filepath.Join(dir, "lvm-exec.log")
-	wrapper := filepath.Join(dir, "lvm")
-	require.NoError(t, os.WriteFile(wrapper, []byte("#!/bin/sh\necho \"$*\" >>"+execLog+"\nexec "+lvmPath+" \"$@\"\n"), 0o755))
-	socket := filepath.Join(dir, "lvmd.sock")
-	config := filepath.Join(dir, "lvmd.yaml")
-	require.NoError(t, os.WriteFile(config, []byte(fmt.Sprintf(`socket-name: %s
-lvm-command-prefix: [%q]
-device-classes:
-  - name: bench
-    volume-group: %s
-    default: true
-    spare-gb: 0
-`, socket, wrapper, vg)), 0o600))
-	cmd := exec.Command(bin, "--config", config, "--metrics-bind-address=")
-	logFile, err := os.Create(filepath.Join(dir, "lvmd.log"))
-	require.NoError(t, err)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	b, err := lvmbackend.NewTopolvm(socket)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = b.Close() })
-	require.Eventually(t, func() bool {
-		_, err := os.Stat(socket)
-		return err == nil
-	}, 5*time.Minute, 100*time.Millisecond, "lvmd's socket")
-	return b, execLog
-}
-
 func median(ds []time.Duration) time.Duration {
 	s := slices.Clone(ds)
 	slices.Sort(s)

@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lvm-agent/lvm-agent/lvmbackend"
 	"github.com/lvm-agent/lvm-agent/lvmbackend/devmapper"
 	"github.com/lvm-agent/lvm-agent/lvmbackend/lvmmeta"
 )
@@ -204,7 +205,8 @@ func TestGuestCorruptHeader(t *testing.T) {
 	require.NotNil(t, vg.LV("x"))
 }
 
-// TestGuestTorture: while lvm creates, tags and removes LVs, concurrent
+// TestGuestTorture: while lvmd creates and removes LVs and lvchange tags
+// them, concurrent
 // reads each return exactly one committed state: every read of a seqno
 // is the same VG, and the seqnos lvs reports after each command read as
 // lvs reported them.
@@ -279,14 +281,19 @@ func TestGuestTorture(t *testing.T) {
 		}
 		committed[r.Seqno] = s
 	}
+	// Creates and removes through topolvm's lvmd, as the agent makes them;
+	// lvmd has no call that changes tags, so lvchange adds those.
+	lvmd, _ := startLVMD(t, vgName)
+	ctx := context.Background()
 	for i := 0; i < 12; i++ {
 		name := lvName(i)
-		lvm(t, "lvcreate", "-y", "-Zn", "-L", "4m", "-n", name, vgName)
+		_, err := lvmd.CreateVolume(ctx, lvmbackend.CreateRequest{DeviceClass: "bench", Name: name, SizeBytes: 4 << 20, Tags: []string{"torture"}})
+		require.NoError(t, err)
 		record()
 		lvm(t, "lvchange", "--addtag", "round"+strconv.Itoa(i), vgName+"/"+name)
 		record()
 		if i%3 == 2 {
-			lvm(t, "lvremove", "-y", vgName+"/"+lvName(i-1))
+			require.NoError(t, lvmd.RemoveVolume(ctx, "bench", lvName(i-1)))
 			record()
 		}
 	}
