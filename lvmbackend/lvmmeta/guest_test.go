@@ -15,10 +15,13 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -171,15 +174,35 @@ func TestGuestWrappedMetadata(t *testing.T) {
 	assert.Positive(t, wraps, "the ring wrapped")
 }
 
-// TestGuestCorruptHeader: a flipped bit in the metadata area header is
-// refused by its checksum; the reader never returns what it cannot verify.
+// TestGuestCorruptHeader: a flipped bit in one PV's metadata area header
+// is refused by its checksum; the reader never returns what it cannot
+// verify, and Direct reads through lvmd instead (lvm itself carries on with
+// the other PV's copy), saying so in its metric.
 func TestGuestCorruptHeader(t *testing.T) {
 	const vgName = "metacorrupt"
-	devs := newVG(t, vgName, 1, 64<<20)
-	lvm(t, "lvcreate", "-y", "-an", "-Zn", "-L", "4m", "-n", "x", vgName)
+	ctx := context.Background()
+	devs := newVG(t, vgName, 2, 64<<20)
+	lvm(t, "lvcreate", "-y", "-an", "-Zn", "-L", "4m", "-n", "x", "--addtag", "t", vgName)
 	rd := lvmmeta.NewReader(lvmmeta.Limits{})
 	_, vg := readVG(t, rd, devs, vgName)
 	require.NotNil(t, vg.LV("x"))
+	lvmd, _ := startLVMD(t, vgName)
+	direct := lvmbackend.NewDirect(lvmd, lvmbackend.DirectConfig{DM: openDM(t), Devices: devs,
+		Classes: []lvmbackend.DirectClass{{Name: "bench", VolumeGroup: vgName}}})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(direct)
+	metrics := func(want string) {
+		t.Helper()
+		assert.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want),
+			"lvm_agent_lvm_metadata_direct", "lvm_agent_lvm_metadata_fallbacks_total"))
+	}
+	v, err := direct.GetVolume(ctx, "bench", "x")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"t"}, v.Tags)
+	metrics(`# HELP lvm_agent_lvm_metadata_direct 1 while the last read was answered from the on-disk LVM metadata, 0 after a fallback to lvmd.
+# TYPE lvm_agent_lvm_metadata_direct gauge
+lvm_agent_lvm_metadata_direct 1
+`)
 
 	flip := func() {
 		f, err := os.OpenFile(devs[0], os.O_RDWR, 0)
@@ -195,11 +218,22 @@ func TestGuestCorruptHeader(t *testing.T) {
 		require.NoError(t, f.Sync())
 	}
 	flip()
-	_, err := rd.Scan(context.Background(), devs)
+	_, err = rd.Scan(ctx, devs)
 	var ce *lvmmeta.ChecksumError
 	require.ErrorAs(t, err, &ce)
 	assert.Equal(t, "metadata area header", ce.What)
 	require.ErrorIs(t, err, lvmmeta.ErrCorrupt)
+
+	v, err = direct.GetVolume(ctx, "bench", "x")
+	require.NoError(t, err, "lvmd answers")
+	assert.Equal(t, []string{"t"}, v.Tags)
+	metrics(`# HELP lvm_agent_lvm_metadata_direct 1 while the last read was answered from the on-disk LVM metadata, 0 after a fallback to lvmd.
+# TYPE lvm_agent_lvm_metadata_direct gauge
+lvm_agent_lvm_metadata_direct 0
+# HELP lvm_agent_lvm_metadata_fallbacks_total Reads that went to lvmd because the on-disk LVM metadata could not be read or verified, by operation.
+# TYPE lvm_agent_lvm_metadata_fallbacks_total counter
+lvm_agent_lvm_metadata_fallbacks_total{op="get"} 1
+`)
 	flip() // back, so that lvm can remove the VG
 	_, vg = readVG(t, rd, devs, vgName)
 	require.NotNil(t, vg.LV("x"))
