@@ -51,9 +51,10 @@ type DirectConfig struct {
 	Closer io.Closer
 }
 
-// DeviceInfo is the device-mapper query Direct needs.
+// DeviceInfo is the device-mapper queries Direct needs.
 type DeviceInfo interface {
 	Info(ctx context.Context, name string) (devmapper.Info, error)
+	List(ctx context.Context) ([]devmapper.Device, error)
 }
 
 // DefaultDevicesFile is lvm's default devices file.
@@ -186,7 +187,7 @@ func (d *Direct) GetVolume(ctx context.Context, deviceClass, name string) (*Volu
 	c, vg, err := d.read(ctx, deviceClass)
 	if err == nil {
 		var v *Volume
-		if v, err = d.volume(ctx, c, vg, vg.LV(name)); err == nil {
+		if v, err = d.volume(ctx, c, vg, vg.LV(name), nil); err == nil {
 			d.worked()
 			if v == nil {
 				return nil, &Error{Op: "get " + deviceClass + "/" + name, Kind: ErrNotFound}
@@ -201,11 +202,15 @@ func (d *Direct) GetVolume(ctx context.Context, deviceClass, name string) (*Volu
 // ListVolumes lists a class's volumes from the metadata.
 func (d *Direct) ListVolumes(ctx context.Context, deviceClass string) ([]Volume, error) {
 	c, vg, err := d.read(ctx, deviceClass)
+	var present map[string]bool
+	if err == nil {
+		present, err = d.presentDevices(ctx)
+	}
 	if err == nil {
 		vols := []Volume{}
 		for i := range vg.LVs {
 			var v *Volume
-			if v, err = d.volume(ctx, c, vg, &vg.LVs[i]); err != nil {
+			if v, err = d.volume(ctx, c, vg, &vg.LVs[i], present); err != nil {
 				break
 			}
 			if v != nil {
@@ -221,10 +226,29 @@ func (d *Direct) ListVolumes(ctx context.Context, deviceClass string) ([]Volume,
 	return d.Backend.ListVolumes(ctx, deviceClass)
 }
 
+// presentDevices is the uuids of every device-mapper device, from one
+// DM_LIST_DEVICES, so that a listing asks DM_DEV_STATUS only of the LVs
+// that have a device; nil when the kernel predates uuids in the list.
+func (d *Direct) presentDevices(ctx context.Context) (map[string]bool, error) {
+	devs, err := d.cfg.DM.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	present := make(map[string]bool, len(devs))
+	for _, dev := range devs {
+		if !dev.UUIDKnown {
+			return nil, nil
+		}
+		present[dev.UUID] = true
+	}
+	return present, nil
+}
+
 // volume is lv as lvmd's GetLVList reports it for class c, or nil when
 // lvmd would not list it: hidden LVs, thin pools, thin volumes in a thick
 // class, and in a thin class anything but the class pool's thin volumes.
-func (d *Direct) volume(ctx context.Context, c DirectClass, vg *lvmmeta.VG, lv *lvmmeta.LV) (*Volume, error) {
+// present, when not nil, says which device uuids exist.
+func (d *Direct) volume(ctx context.Context, c DirectClass, vg *lvmmeta.VG, lv *lvmmeta.LV, present map[string]bool) (*Volume, error) {
 	if lv == nil || !lv.Visible() || lv.Type() == "thin-pool" {
 		return nil, nil
 	}
@@ -237,6 +261,10 @@ func (d *Direct) volume(ctx context.Context, c DirectClass, vg *lvmmeta.VG, lv *
 		v.Tags = slices.Sorted(slices.Values(lv.Tags)) // as lvs prints them
 	}
 	dmName, dmUUID := vg.DMDevice(lv)
+	if present != nil && !present[dmUUID] {
+		v.Attr = vg.Attr(lv, false, false)
+		return v, nil
+	}
 	info, err := d.cfg.DM.Info(ctx, dmName)
 	active := false
 	switch {

@@ -17,9 +17,17 @@ import (
 	"github.com/lvm-agent/lvm-agent/lvmbackend/lvmmeta"
 )
 
-// fakeDM answers Info from a map; a missing name is ErrNotFound, as the
-// kernel's ENXIO is.
+// fakeDM answers Info and List from a map; a missing name is
+// ErrNotFound, as the kernel's ENXIO is.
 type fakeDM map[string]devmapper.Info
+
+func (f fakeDM) List(context.Context) ([]devmapper.Device, error) {
+	var out []devmapper.Device
+	for _, i := range f {
+		out = append(out, devmapper.Device{Name: i.Name, Major: i.Major, Minor: i.Minor, UUID: i.UUID, UUIDKnown: true})
+	}
+	return out, nil
+}
 
 func (f fakeDM) Info(_ context.Context, name string) (devmapper.Info, error) {
 	if i, ok := f[name]; ok {

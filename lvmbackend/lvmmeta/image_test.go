@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"embed"
 	"encoding/binary"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -88,4 +90,40 @@ func readTestdata(t testing.TB, name string) []byte {
 // withSeqno rewrites the seqno of a VG text.
 func withSeqno(text []byte, seqno string) []byte {
 	return bytes.Replace(text, []byte("seqno = 42"), []byte("seqno = "+seqno), 1)
+}
+
+// lvSections writes n linear LVs of one extent each on pv0, from extent
+// first on, each with two tags: the VG text of a node with n volumes.
+func lvSections(n, first int) string {
+	var b strings.Builder
+	for i := range n {
+		id := fmt.Sprintf("bench%027d", i)
+		uuid := id[0:6] + "-" + id[6:10] + "-" + id[10:14] + "-" + id[14:18] + "-" + id[18:22] + "-" + id[22:26] + "-" + id[26:32]
+		fmt.Fprintf(&b, `lv%04d {
+id = "%s"
+status = ["READ", "WRITE", "VISIBLE"]
+flags = []
+tags = ["lvm-agent.io/owner=%08d", "bench"]
+creation_time = 1764579600
+creation_host = "guest"
+segment_count = 1
+segment1 {
+start_extent = 0
+extent_count = 1
+type = "striped"
+stripe_count = 1
+stripes = ["pv0", %d]
+}
+}
+`, i, uuid, i, first+i)
+	}
+	return b.String()
+}
+
+// manyLVText is vg0.vgtext with n more LVs.
+func manyLVText(tb testing.TB, n int) []byte {
+	text := readTestdata(tb, "vg0.vgtext")
+	marker := []byte("logical_volumes {\n")
+	at := bytes.Index(text, marker) + len(marker)
+	return slices.Concat(text[:at], []byte(lvSections(n, 100)), text[at:])
 }

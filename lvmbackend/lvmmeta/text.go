@@ -41,10 +41,9 @@ type Value struct {
 	List []Value
 }
 
-// Section is a `name { ... }` block. Keys keep the text's order.
+// Section is a `name { ... }` block.
 type Section struct {
 	Name     string
-	Keys     []string
 	Values   map[string]Value
 	Sections []*Section
 }
@@ -100,7 +99,7 @@ func ParseText(b []byte, lim Limits) (*Section, error) {
 	if uint64(len(b)) > lim.MaxText {
 		return nil, fmt.Errorf("%w: text of %d bytes (limit %d)", ErrTooLarge, len(b), lim.MaxText)
 	}
-	p := &parser{b: b, lim: lim}
+	p := &parser{b: b, lim: lim, intern: map[string]string{}}
 	root := &Section{Values: map[string]Value{}}
 	if err := p.body(root, 0); err != nil {
 		return nil, err
@@ -113,6 +112,26 @@ type parser struct {
 	pos   int
 	items int
 	lim   Limits
+	// intern holds one copy of each name and short string: a VG text
+	// repeats the same keys and values ("status", "READ", "striped") for
+	// every LV, and one allocation each is what parsing mostly costs.
+	intern map[string]string
+}
+
+// internMax bounds what is interned: long strings (tags, uuids,
+// descriptions) are mostly unique.
+const internMax = 24
+
+func (p *parser) string(b []byte) string {
+	if len(b) > internMax {
+		return string(b)
+	}
+	if s, ok := p.intern[string(b)]; ok { // no allocation for the lookup
+		return s
+	}
+	s := string(b)
+	p.intern[s] = s
+	return s
 }
 
 func (p *parser) errorf(format string, args ...any) error {
@@ -191,7 +210,6 @@ func (p *parser) body(s *Section, depth int) error {
 			if _, dup := s.Values[name]; dup {
 				return p.errorf("%q assigned twice", name)
 			}
-			s.Keys = append(s.Keys, name)
 			s.Values[name] = v
 		default:
 			return p.errorf("%q is followed by %q, not '=' or '{'", name, p.b[p.pos])
@@ -212,7 +230,7 @@ func (p *parser) ident() (string, error) {
 	if p.pos == start {
 		return "", p.errorf("expected a name, found %q", p.b[p.pos])
 	}
-	return string(p.b[start:p.pos]), nil
+	return p.string(p.b[start:p.pos]), nil
 }
 
 // value reads a string, number or (when list is allowed) a list.
@@ -273,7 +291,7 @@ func (p *parser) str() (string, error) {
 			raw := p.b[start:p.pos]
 			p.pos++
 			if !escaped {
-				return string(raw), nil
+				return p.string(raw), nil
 			}
 			out := make([]byte, 0, len(raw))
 			for i := 0; i < len(raw); i++ {
