@@ -258,9 +258,9 @@ func TestGuestTorture(t *testing.T) {
 		s := state{}
 		for _, lv := range vg.LVs {
 			if lv.Visible() {
-				s[lv.Name] = slices.Clip(lv.Tags)
-				if len(lv.Tags) == 0 {
-					s[lv.Name] = nil
+				s[lv.Name] = nil
+				if len(lv.Tags) > 0 {
+					s[lv.Name] = slices.Sorted(slices.Values(lv.Tags)) // as lvs prints them
 				}
 			}
 		}

@@ -16,6 +16,11 @@ import (
 // default scan_lvs=0 skips too), CD and floppy drives. A PV on a
 // device-mapper device (LUKS, multipath) needs a glob such as /dev/dm-*.
 func Devices(globs []string) ([]string, error) {
+	for _, g := range globs {
+		if _, err := filepath.Match(g, ""); err != nil { // checks the whole pattern
+			return nil, fmt.Errorf("device filter %q: %w", g, err)
+		}
+	}
 	f, err := os.Open("/proc/partitions")
 	if err != nil {
 		return nil, err
@@ -33,29 +38,24 @@ func Devices(globs []string) ([]string, error) {
 			continue
 		}
 		path := "/dev/" + name
-		if ok, err := matchAny(globs, path); err != nil {
-			return nil, err
-		} else if ok {
+		if matchAny(globs, path) {
 			out = append(out, path)
 		}
 	}
 	return out, sc.Err()
 }
 
-func matchAny(globs []string, path string) (bool, error) {
+// matchAny: globs were checked by Devices.
+func matchAny(globs []string, path string) bool {
 	if len(globs) == 0 {
-		return true, nil
+		return true
 	}
 	for _, g := range globs {
-		ok, err := filepath.Match(g, path)
-		if err != nil {
-			return false, fmt.Errorf("device filter %q: %w", g, err)
-		}
-		if ok {
-			return true, nil
+		if ok, _ := filepath.Match(g, path); ok {
+			return true
 		}
 	}
-	return false, nil
+	return false
 }
 
 // Scan reads every device in paths and combines what their labels say. A
