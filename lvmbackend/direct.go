@@ -160,6 +160,9 @@ func (d *Direct) scan(ctx context.Context) (*lvmmeta.State, error) {
 // fellBack records a fallback; the log says so when direct reads stop
 // working and when they work again, not on every read.
 func (d *Direct) fellBack(op string, err error) {
+	if errors.Is(err, errClass) {
+		return // lvmd's to answer (an unknown class): not a metadata failure
+	}
 	d.fallbacks.WithLabelValues(op).Inc()
 	d.direct.Set(0)
 	d.mu.Lock()

@@ -163,9 +163,11 @@ func TestDirectFallsBack(t *testing.T) {
 	assert.Equal(t, 1.0, testutil.ToFloat64(f.d.fallbacks.WithLabelValues("list")))
 	assert.Equal(t, 0.0, testutil.ToFloat64(f.d.direct))
 
-	// A class the reader was not told about goes to lvmd too.
+	// A class the reader was not told about goes to lvmd too, without
+	// counting as a fallback.
 	_, err = f.d.ListVolumes(ctx, "other")
 	require.ErrorIs(t, err, ErrUnknownDeviceClass)
+	assert.Equal(t, 1.0, testutil.ToFloat64(f.d.fallbacks.WithLabelValues("list")))
 
 	f.scanErr = nil
 	_, err = f.d.GetVolume(ctx, "thick", "lin")
