@@ -55,6 +55,7 @@ type options struct {
 	dmControl                            string
 	capacityAnnotation                   string
 	gc                                   gcOptions
+	meta                                 metadataOptions
 }
 
 func agentMain(args []string) int {
@@ -90,6 +91,7 @@ func agentMain(args []string) int {
 	fs.StringVar(&o.dmControl, "device-mapper-control", "/dev/mapper/control", "device-mapper control node, to confirm LV devices and report thin-pool usage (empty: off; unreadable: noted once, then off)")
 	fs.StringVar(&o.capacityAnnotation, "node-capacity-annotation", agent.DefaultCapacityAnnotation, "Node annotation kept up to date with each device class's size and free bytes (empty: off)")
 	o.gc.addFlags(fs)
+	o.meta.addFlags(fs)
 	logs.addFlags(fs)
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
@@ -136,6 +138,9 @@ func run(o options) error {
 
 	ctx := signalContext()
 	reg := prometheus.NewRegistry()
+	if d, ok := backend.(*lvmbackend.Direct); ok {
+		reg.MustRegister(d)
+	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewBuildInfoCollector())
 	reg.MustRegister(clientMetrics)
 	metrics := agent.NewMetrics(reg)
@@ -260,7 +265,11 @@ func clientFor(cfg *rest.Config, qps float64, burst int, tune ...func(*rest.Conf
 func newBackend(o options) (lvmbackend.Backend, error) {
 	switch o.backend {
 	case "topolvm":
-		return lvmbackend.NewTopolvm(o.lvmdSocket)
+		b, err := lvmbackend.NewTopolvm(o.lvmdSocket)
+		if err != nil {
+			return nil, err
+		}
+		return withMetadata(b, o)
 	case "google-lvmd":
 		var tlsCfg *tls.Config
 		if o.tlsCert != "" || o.tlsKey != "" || o.tlsCA != "" {

@@ -132,7 +132,11 @@ func volumeMain(args []string) int {
 		const outputUsage = "output format: empty (a table), wide (the table with the LV owner and device columns), json or yaml (the whole report)"
 		fs.StringVar(&o.output, "output", "", outputUsage)
 		fs.StringVar(&o.output, "o", "", outputUsage)
-		cmd = func(ctx context.Context, c kubernetes.Interface) error { return status(ctx, c, o) }
+		o.backend.meta.addFlags(fs)
+		cmd = func(ctx context.Context, c kubernetes.Interface) error {
+			o.backend.dmControl = o.dmControl // the direct LVM reader's too
+			return status(ctx, c, o)
+		}
 	default:
 		fmt.Fprint(os.Stderr, volumeUsage)
 		return exitUsage

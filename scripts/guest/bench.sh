@@ -3,29 +3,29 @@
 # in the Vagrant VM):
 #   lvm  (the default) the lvmd/agent benchmark: the integration suite's
 #        TestBench alone, with the suite's set-up;
+#        then lvmmeta's rows (below), appended to its table;
 #   dm   lvmbackend/devmapper's BenchmarkDeviceState: reading the state of
-#        200 LVs through the package, lvs and dmsetup.
-# The table is printed and left in $LVM_AGENT_RESULTS/bench.txt (lvm) or
-# bench-dm.txt (dm).
+#        200 LVs through the package, lvs and dmsetup;
+#   meta lvmbackend/lvmmeta's TestGuestBench alone: the tags of 1,000 LVs
+#        (pure Go, lvs, lvmd GetLVList) and lvm processes per create/delete.
+# The table is printed and left in $LVM_AGENT_RESULTS/bench.txt (lvm),
+# bench-dm.txt (dm) or bench-lvmmeta.txt (meta).
 #
-#   bench.sh [--bin DIR] [lvm|dm] [-- ARGS...]
+#   bench.sh [--bin DIR] [lvm|dm|meta] [-- ARGS...]
 #       lvm: guest test flags, e.g.  -- -guest.bench-burst 20
 #       dm:  go test flags, e.g.     -- -test.benchtime 10s
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 bin=/opt/lvm-agent kind=lvm
-usage() { sed -n '2,14s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2; }
+usage() { sed -n '2,18s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
     --bin) bin=$2; shift 2 ;;
-    lvm | dm) kind=$1; shift ;;
+    lvm | dm | meta) kind=$1; shift ;;
     --) shift; break ;;
     *) usage ;;
   esac
 done
-[ "$kind" = dm ] ||
-  exec "$here/suite.sh" --bin "$bin" --no-devmapper -- -test.run '^TestBench$' -test.timeout 55m "$@"
-
 # Where suite.sh keeps its logs.
 if [ -z "${LVM_AGENT_RESULTS:-}" ]; then
   LVM_AGENT_RESULTS=/tmp/lvm-agent-results
@@ -33,6 +33,23 @@ if [ -z "${LVM_AGENT_RESULTS:-}" ]; then
 fi
 mkdir -p "$LVM_AGENT_RESULTS"
 export LVM_AGENT_RESULTS
+
+# lvmmeta: its own VG and lvmd; the table goes to bench-lvmmeta.txt.
+meta() {
+  [ -x "$bin/lvmmeta.test" ] || { echo "bench: $bin/lvmmeta.test is missing" >&2; return 1; }
+  (cd "$(mktemp -d)" && LVMD_BIN=$bin/lvmd "$bin/lvmmeta.test" -test.v -test.run '^TestGuestBench$' -test.timeout 30m) 2>&1 |
+    tee "$LVM_AGENT_RESULTS/lvmmeta-bench.log"
+  return "${PIPESTATUS[0]}"
+}
+case $kind in
+  meta) meta; exit $? ;;
+  lvm)
+    "$here/suite.sh" --bin "$bin" --no-devmapper -- -test.run '^TestBench$' -test.timeout 55m "$@"
+    rc=$?
+    meta || rc=1
+    cat "$LVM_AGENT_RESULTS/bench-lvmmeta.txt" >>"$LVM_AGENT_RESULTS/bench.txt" 2>/dev/null
+    exit $rc ;;
+esac
 [ -x "$bin/devmapper.test" ] || { echo "bench: $bin/devmapper.test is missing" >&2; exit 1; }
 # From a scratch directory, as suite.sh runs test binaries.
 cd "$(mktemp -d)" &&

@@ -4,15 +4,19 @@
 #        of (a) raw lvmd CreateLV / RemoveLV, (b) the same through the agent
 #        (request written -> created / deleted seen), (c) a burst of creates
 #        (all written -> all created), the ratios (b)/(a) and (c)/(n x a)
-#        against their goals (1.10, 1.05), and where the time goes. Table:
-#        $LVM_AGENT_CACHE/run/bench-results/results/bench.txt.
+#        against their goals (1.10, 1.05), and where the time goes; then
+#        the meta rows. Table: $LVM_AGENT_CACHE/run/bench-results/results/bench.txt.
+#   meta reading the tags of 1,000 LVs through lvmbackend/lvmmeta vs lvs vs
+#        lvmd GetLVList, and lvm processes per create/delete, through lvmd
+#        alone and through lvmbackend.Direct (lvmbackend/lvmmeta/
+#        guest_bench_test.go). Table: .../bench-meta-results/results/bench-lvmmeta.txt.
 #   dm   reading the state of 200 LVs (100 linear, a thin pool, 99 thin)
 #        through lvmbackend/devmapper's ioctls vs one lvs vs one dmsetup
 #        status (lvmbackend/devmapper/bench_guest_test.go). Table:
 #        $LVM_AGENT_CACHE/run/bench-dm-results/results/bench-dm.txt.
 # The table is printed at the end, with the host's load.
 #
-#   scripts/vm/bench.sh lvm|dm [--timeout SECONDS] [-- ARGS...]
+#   scripts/vm/bench.sh lvm|dm|meta [--timeout SECONDS] [-- ARGS...]
 #       lvm: guest test flags, e.g.  -- -guest.bench-n 9 -guest.bench-burst 20
 #       dm:  go test flags, e.g.     -- -test.benchtime 10s
 set -euo pipefail
@@ -20,12 +24,14 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CACHE=${LVM_AGENT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lvm-agent}
 RUN=${LVM_AGENT_RUN:-$CACHE/run}
-usage() { sed -n '2,18s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2; }
+usage() { sed -n '2,22s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2; }
 kind=${1:-}
 # bins: what the guest gets.
 case $kind in
-  lvm) bins=(etcd kube-apiserver lvmd google-lvmd lvm-agent guest.test)
+  lvm) bins=(etcd kube-apiserver lvmd google-lvmd lvm-agent guest.test lvmmeta.test)
        timeout=3600 mem=3G share=$RUN/bench-results table=bench.txt ;;
+  meta) bins=(lvmd lvmmeta.test)
+      timeout=2400 mem=2G share=$RUN/bench-meta-results table=bench-lvmmeta.txt ;;
   dm) bins=(devmapper.test)
       timeout=1200 mem=2G share=$RUN/bench-dm-results table=bench-dm.txt ;;
   *) usage ;;

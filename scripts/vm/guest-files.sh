@@ -9,6 +9,7 @@
 #   guest.test             the in-guest suite, ./integration/guest (tag guest)
 #   lvm-devcluster         the demo's control plane and fixtures (tag guest)
 #   devmapper.test         ./lvmbackend/devmapper's guest tests (tag guest)
+#   lvmmeta.test           ./lvmbackend/lvmmeta's guest tests (tag guest)
 #
 #   guest-files.sh [NAME...]          build only these of the last four (default: all)
 #   guest-files.sh --stage NAME...    the same, then print a new directory (under
@@ -33,7 +34,7 @@ mkdir -p "$OUT"
 stage=
 [ "${1:-}" != --stage ] || { stage=1; shift; }
 want=("$@")
-[ ${#want[@]} -gt 0 ] || want=(lvm-agent guest.test lvm-devcluster devmapper.test)
+[ ${#want[@]} -gt 0 ] || want=(lvm-agent guest.test lvm-devcluster devmapper.test lvmmeta.test)
 
 # Prebuilt daemons: hard links into OUT (same file system as the cache).
 assets=$("$root/scripts/kube-assets.sh")
@@ -69,6 +70,7 @@ for w in "${want[@]}"; do
     guest.test) build guest.test test -c -tags guest "${flags[@]}" ./integration/guest ;;
     lvm-devcluster) build lvm-devcluster build -tags guest "${flags[@]}" ./integration/guest/devcluster ;;
     devmapper.test) build devmapper.test test -c -tags guest "${flags[@]}" ./lvmbackend/devmapper ;;
+    lvmmeta.test) build lvmmeta.test test -c -tags guest "${flags[@]}" ./lvmbackend/lvmmeta ;;
     etcd | kube-apiserver | lvmd | google-lvmd) ;; # linked above
     *) log "unknown binary $w"; exit 2 ;;
   esac

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The real-LVM test suite, from the host: builds (cached) everything the guest
 # needs (scripts/vm/guest-files.sh), boots ONE QEMU guest (scripts/vm/run.sh)
-# and runs scripts/guest/suite.sh in it: the device-mapper package's guest
-# tests, then the integration suite (integration/guest) against a real etcd +
+# and runs scripts/guest/suite.sh in it: the device-mapper and LVM metadata
+# packages' guest tests, then the integration suite (integration/guest) against a real etcd +
 # kube-apiserver, topolvm's lvmd, google/lvmd and the lvm-agent binary.
 #
 #   scripts/vm/suite.sh [--timeout SECONDS] [-- GUEST_TEST_ARGS...]
@@ -29,7 +29,7 @@ t0=$SECONDS
 
 # A binary that does not build is left out, and the guest suite fails on it;
 # the others still run.
-files=$("$here/guest-files.sh" --stage etcd kube-apiserver lvmd google-lvmd lvm-agent guest.test devmapper.test) ||
+files=$("$here/guest-files.sh" --stage etcd kube-apiserver lvmd google-lvmd lvm-agent guest.test devmapper.test lvmmeta.test) ||
   log "some binaries did not build (see above); running the rest"
 [ -n "$files" ] || { log "FAIL: the guest's binaries could not be built"; exit 1; }
 trap 'rm -rf "$files"' EXIT
