@@ -34,6 +34,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "volume" {
 		os.Exit(volumeMain(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "provisioner" {
+		os.Exit(provisionerMain(os.Args[2:]))
+	}
 	os.Exit(agentMain(os.Args[1:]))
 }
 
@@ -60,7 +63,7 @@ type options struct {
 func agentMain(args []string) int {
 	fs := flag.NewFlagSet("lvm-agent", flag.ExitOnError)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: lvm-agent [flags]          run the node agent\n       lvm-agent volume --help    the operator CLI\n\nFlags:\n")
+		fmt.Fprintf(fs.Output(), "Usage: lvm-agent [flags]               run the node agent\n       lvm-agent provisioner --help    the provisioner\n       lvm-agent volume --help         the operator CLI\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	o := options{}
