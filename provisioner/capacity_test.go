@@ -33,6 +33,7 @@ func TestDesiredCapacity(t *testing.T) {
 		node("no-agent", "no-agent", ""),
 		node("garbled", "garbled", `not json`),
 		node("no-hostname", "", `[{"type":"lvm","name":"vg0","capacity":1,"free":1}]`),
+		node("original", "original", `[{"type":"lvm","name":"vg0","capacity":3000}]`),
 	}
 	classes := []*storagev1.StorageClass{sc("thick", kube.DefaultProvisioner, "vg0"), sc("thin", kube.DefaultProvisioner, "thin"),
 		sc("other", "ebs.csi.aws.com", "vg0"), {ObjectMeta: metav1.ObjectMeta{Name: "broken"}, Provisioner: kube.DefaultProvisioner}}
@@ -48,7 +49,8 @@ func TestDesiredCapacity(t *testing.T) {
 		assert.Equal(t, kube.DefaultProvisioner, c.Labels[LabelProvisioner])
 		rows = append(rows, row{c.StorageClassName, c.NodeTopology.MatchLabels[HostnameLabel], c.Capacity.Value()})
 	}
-	assert.ElementsMatch(t, []row{{"thick", "small", 536870912}, {"thick", "big-host", 107374182400}, {"thin", "big-host", 50}}, rows)
+	assert.ElementsMatch(t, []row{{"thick", "small", 536870912}, {"thick", "big-host", 107374182400}, {"thin", "big-host", 50},
+		{"thick", "original", 3000}}, rows)
 }
 
 func nodeOf(t *testing.T, nodes []*corev1.Node, hostname string) string {

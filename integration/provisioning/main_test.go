@@ -31,6 +31,8 @@ var (
 	// scheduler's scoring prefers it); big has 100 GiB.
 	small, big *node
 	prov       *harness.Process
+	// mainTB owns what outlives one test, such as a restarted provisioner.
+	mainTB *harness.ProgramTB
 )
 
 // node is a Node object with a real agent and its fake lvmd.
@@ -44,6 +46,7 @@ func TestMain(m *testing.M) { os.Exit(run(m)) }
 func run(m *testing.M) int {
 	tb := &harness.ProgramTB{Log: os.Stderr}
 	defer tb.Close()
+	mainTB = tb
 	agentBin = harness.AgentBinary(tb, tb.TempDir())
 	cluster = harness.StartCluster(tb, 2*time.Minute)
 	ctx := context.Background()

@@ -157,6 +157,9 @@ func pvGone(t *testing.T, name string) {
 func TestPodClaimBoundThenDeleted(t *testing.T) {
 	ns := newNamespace(t)
 	storageClass(t, "thick", storagev1.VolumeBindingWaitForFirstConsumer, corev1.PersistentVolumeReclaimDelete, map[string]string{"volumeGroup": "vg1"})
+	// The leader publishes what the agents report: 1 GiB free on small, 100 on big.
+	assert.Equal(t, int64(1<<30), waitCapacity(t, "small", "thick").Capacity.Value())
+	assert.Equal(t, int64(100<<30), waitCapacity(t, "big", "thick").Capacity.Value())
 	seen := recordSelectedNodes(t, ns, "data")
 	start := time.Now()
 	claimAndPod(t, ns, "data", "thick", "2Gi", corev1.PersistentVolumeFilesystem, nil)
@@ -256,6 +259,9 @@ func waitEvent(t *testing.T, ns, object, reason string) corev1.Event {
 		found = evs.Items[0]
 		return true, nil
 	})
+	if err != nil {
+		dump(t, ns, object)
+	}
 	require.NoError(t, err, "no %s event on %s/%s", reason, ns, object)
 	return found
 }
@@ -304,7 +310,7 @@ func TestProvisionerKilledMidProvision(t *testing.T) {
 	})
 	require.NoError(t, err)
 	prov.Kill()
-	prov = startProvisioner(t)
+	prov = startProvisioner(mainTB)
 	close(release)
 	pvc, pv := waitBound(t, ns, "slow")
 	assert.Equal(t, "pvc-"+string(pvc.UID), pv.Name)
@@ -340,6 +346,7 @@ func TestAgentOfOriginalDesign(t *testing.T) {
 	_, err := kube.UpdateNodeWithAnnotations(ctx, cluster.Client, node, "", kube.Set(map[string]string{
 		"csi.alibabacloud.com/storage-topology": `[{"type":"lvm","name":"vg1","capacity":107374182400}]`}))
 	require.NoError(t, err)
+	waitCapacity(t, node, "old")
 	stop := make(chan struct{})
 	defer close(stop)
 	go originalAgent(t, ns, node, stop)
@@ -399,20 +406,24 @@ func harnessNode(t *testing.T, name string) {
 }
 
 // With capacity publishing off (no CSIDriver object, so the scheduler
-// ignores capacity, and no CSIStorageCapacity), the scheduler prefers the
-// 1 GiB node for a 2 GiB claim; its agent answers InsufficientCapacity, the
-// provisioner hands the claim back (reschedule), and it ends bound on the
-// 100 GiB node, with one LV in all.
+// ignores capacity, and no CSIStorageCapacity), the scheduler picks the
+// 1 GiB node for a 2 GiB claim (its scoring prefers it); its agent answers
+// InsufficientCapacity, the provisioner hands the claim back (reschedule),
+// and the claim ends bound on the 100 GiB node, with one LV in all. The
+// scheduler keeps no memory of a failed provisioning, so once the first
+// answer is in, the test makes the small node the less attractive one: the
+// retry then goes to the other node, as it would by chance in a cluster.
 func TestRescheduleWithoutCapacity(t *testing.T) {
 	ctx := context.Background()
 	require.NoError(t, cluster.Client.StorageV1().CSIDrivers().Delete(ctx, kube.DefaultProvisioner, metav1.DeleteOptions{}))
 	prov.Kill()
-	prov = startProvisioner(t, "--publish-capacity=false")
+	prov = startProvisioner(mainTB, "--publish-capacity=false")
 	require.NoError(t, cluster.Client.StorageV1().CSIStorageCapacities(namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}))
 	t.Cleanup(func() {
+		setAllocatable(t, small, "64", "256Gi")
 		prov.Kill()
-		createCSIDriver(t)
-		prov = startProvisioner(t)
+		createCSIDriver(mainTB)
+		prov = startProvisioner(mainTB)
 	})
 
 	ns := newNamespace(t)
@@ -420,9 +431,13 @@ func TestRescheduleWithoutCapacity(t *testing.T) {
 	seen := recordSelectedNodes(t, ns, "data")
 	before := len(lvNames(t, small))
 	claimAndPod(t, ns, "data", "nocap", "2Gi", corev1.PersistentVolumeFilesystem, nil)
+	ann := harness.WaitFor(t, timeout, func(ctx context.Context) (metav1.Object, error) {
+		return cluster.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
+	}, func(a map[string]string) bool { return a[kube.AnnLifecycle] == kube.StateFailed })
+	assert.Equal(t, kube.ReasonInsufficientCapacity, ann[kube.AnnReason])
+	setAllocatable(t, small, "2", "4Gi")
 	_, pv := waitBound(t, ns, "data")
-	t.Logf("selected nodes in order: %v", seen())
-	assert.Equal(t, "big", seen()[len(seen())-1])
+	assert.Equal(t, []string{"small", "big"}, seen(), "selected nodes in order")
 	assert.Equal(t, "big", pv.Spec.NodeAffinity.Required.NodeSelectorTerms[0].MatchExpressions[0].Values[0])
 	assert.Len(t, lvNames(t, small), before, "no LV on the small node")
 	assert.Equal(t, 1, count(lvNames(t, big), pv.Name))
@@ -464,4 +479,37 @@ func dump(t *testing.T, ns, name string) {
 	t.Logf("provisioner:\n%s", tail(prov.Output()))
 	t.Logf("scheduler:\n%s", tail(cluster.Scheduler.Output()))
 	t.Logf("controller-manager:\n%s", tail(cluster.ControllerManager.Output()))
+}
+
+func setAllocatable(t *testing.T, n *node, cpu, memory string) {
+	t.Helper()
+	ctx := context.Background()
+	obj, err := cluster.Client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
+	require.NoError(t, err)
+	obj.Status.Allocatable[corev1.ResourceCPU], obj.Status.Allocatable[corev1.ResourceMemory] = resource.MustParse(cpu), resource.MustParse(memory)
+	obj.Status.Capacity = obj.Status.Allocatable
+	_, err = cluster.Client.CoreV1().Nodes().UpdateStatus(ctx, obj, metav1.UpdateOptions{})
+	require.NoError(t, err)
+}
+
+// waitCapacity waits for the provisioner's CSIStorageCapacity of a node and
+// class, so that the scheduler's first look at a Pod already sees it.
+func waitCapacity(t *testing.T, hostname, class string) *storagev1.CSIStorageCapacity {
+	t.Helper()
+	var found *storagev1.CSIStorageCapacity
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		list, err := cluster.Client.StorageV1().CSIStorageCapacities(namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for i, c := range list.Items {
+			if c.StorageClassName == class && c.NodeTopology != nil && c.NodeTopology.MatchLabels["kubernetes.io/hostname"] == hostname {
+				found = &list.Items[i]
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	require.NoError(t, err, "no CSIStorageCapacity for node %s and class %s", hostname, class)
+	return found
 }
