@@ -26,15 +26,15 @@ import (
 
 const timeout = 90 * time.Second
 
-func newNamespace(t *testing.T) string {
+func newNamespace(t testing.TB) string {
 	t.Helper()
-	ns := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	ns := strings.ToLower(strings.NewReplacer("/", "-", "_", "-", "=", "-").Replace(t.Name()))
 	_, err := cluster.Client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	return ns
 }
 
-func storageClass(t *testing.T, name string, mode storagev1.VolumeBindingMode, reclaim corev1.PersistentVolumeReclaimPolicy, params map[string]string) {
+func storageClass(t testing.TB, name string, mode storagev1.VolumeBindingMode, reclaim corev1.PersistentVolumeReclaimPolicy, params map[string]string) {
 	t.Helper()
 	_, err := cluster.Client.StorageV1().StorageClasses().Create(context.Background(), &storagev1.StorageClass{
 		ObjectMeta: metav1.ObjectMeta{Name: name}, Provisioner: kube.DefaultProvisioner,
@@ -47,7 +47,7 @@ func storageClass(t *testing.T, name string, mode storagev1.VolumeBindingMode, r
 }
 
 // claimAndPod creates a claim of class and a Pod that uses it, as a user does.
-func claimAndPod(t *testing.T, ns, name, class, size string, mode corev1.PersistentVolumeMode, nodeSelector map[string]string) {
+func claimAndPod(t testing.TB, ns, name, class, size string, mode corev1.PersistentVolumeMode, nodeSelector map[string]string) {
 	t.Helper()
 	ctx := context.Background()
 	_, err := cluster.Client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, &corev1.PersistentVolumeClaim{
@@ -67,7 +67,7 @@ func claimAndPod(t *testing.T, ns, name, class, size string, mode corev1.Persist
 }
 
 // waitBound waits for the claim to be bound and returns it with its PV.
-func waitBound(t *testing.T, ns, name string) (*corev1.PersistentVolumeClaim, *corev1.PersistentVolume) {
+func waitBound(t testing.TB, ns, name string) (*corev1.PersistentVolumeClaim, *corev1.PersistentVolume) {
 	t.Helper()
 	var pvc *corev1.PersistentVolumeClaim
 	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
@@ -86,7 +86,7 @@ func waitBound(t *testing.T, ns, name string) (*corev1.PersistentVolumeClaim, *c
 
 // recordSelectedNodes watches a claim and returns what selected-node was
 // set to, in order (each change once).
-func recordSelectedNodes(t *testing.T, ns, name string) func() []string {
+func recordSelectedNodes(t testing.TB, ns, name string) func() []string {
 	t.Helper()
 	w, err := cluster.Client.CoreV1().PersistentVolumeClaims(ns).Watch(context.Background(),
 		metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
@@ -109,7 +109,7 @@ func recordSelectedNodes(t *testing.T, ns, name string) func() []string {
 	return func() []string { mu.Lock(); defer mu.Unlock(); return slices.Clone(seen) }
 }
 
-func deleteClaim(t *testing.T, ns, name string) {
+func deleteClaim(t testing.TB, ns, name string) {
 	t.Helper()
 	ctx := context.Background()
 	// No kubelet confirms a Pod's end here: delete it at once.
@@ -117,7 +117,7 @@ func deleteClaim(t *testing.T, ns, name string) {
 	require.NoError(t, cluster.Client.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, name, metav1.DeleteOptions{}))
 }
 
-func lvNames(t *testing.T, n *node) []string {
+func lvNames(t testing.TB, n *node) []string {
 	t.Helper()
 	lvs, err := n.lvm.List("vg1")
 	require.NoError(t, err)
@@ -128,7 +128,7 @@ func lvNames(t *testing.T, n *node) []string {
 	return out
 }
 
-func lvTags(t *testing.T, n *node, name string) []string {
+func lvTags(t testing.TB, n *node, name string) []string {
 	t.Helper()
 	lvs, err := n.lvm.List("vg1")
 	require.NoError(t, err)
@@ -141,7 +141,7 @@ func lvTags(t *testing.T, n *node, name string) []string {
 	return nil
 }
 
-func pvGone(t *testing.T, name string) {
+func pvGone(t testing.TB, name string) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		_, err := cluster.Client.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
@@ -247,7 +247,7 @@ func TestImmediateClassRefused(t *testing.T) {
 	deleteClaim(t, ns, "now")
 }
 
-func waitEvent(t *testing.T, ns, object, reason string) corev1.Event {
+func waitEvent(t testing.TB, ns, object, reason string) corev1.Event {
 	t.Helper()
 	var found corev1.Event
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
@@ -371,7 +371,7 @@ func claimNamespace(pv corev1.PersistentVolume) string {
 
 // originalAgent answers every create request on node as the original agent
 // did: "created", and no device.
-func originalAgent(t *testing.T, ns, node string, stop chan struct{}) {
+func originalAgent(t testing.TB, ns, node string, stop chan struct{}) {
 	w, err := cluster.Client.CoreV1().PersistentVolumeClaims(ns).Watch(context.Background(), metav1.ListOptions{})
 	if !assert.NoError(t, err) {
 		return
@@ -399,7 +399,7 @@ func originalAgent(t *testing.T, ns, node string, stop chan struct{}) {
 }
 
 // harnessNode registers a Node for the test only.
-func harnessNode(t *testing.T, name string) {
+func harnessNode(t testing.TB, name string) {
 	t.Helper()
 	harness.ReadyNode(t, cluster.ControlPlane, name, "4", "8Gi")
 	t.Cleanup(func() { _ = cluster.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
@@ -457,7 +457,7 @@ func count(names []string, name string) int {
 
 // dump logs what the parts say about a claim that did not get where a test
 // expected.
-func dump(t *testing.T, ns, name string) {
+func dump(t testing.TB, ns, name string) {
 	ctx := context.Background()
 	if pvc, err := cluster.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
 		t.Logf("claim: annotations %v, status %v", pvc.Annotations, pvc.Status.Phase)
@@ -481,7 +481,7 @@ func dump(t *testing.T, ns, name string) {
 	t.Logf("controller-manager:\n%s", tail(cluster.ControllerManager.Output()))
 }
 
-func setAllocatable(t *testing.T, n *node, cpu, memory string) {
+func setAllocatable(t testing.TB, n *node, cpu, memory string) {
 	t.Helper()
 	ctx := context.Background()
 	obj, err := cluster.Client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
@@ -494,7 +494,7 @@ func setAllocatable(t *testing.T, n *node, cpu, memory string) {
 
 // waitCapacity waits for the provisioner's CSIStorageCapacity of a node and
 // class, so that the scheduler's first look at a Pod already sees it.
-func waitCapacity(t *testing.T, hostname, class string) *storagev1.CSIStorageCapacity {
+func waitCapacity(t testing.TB, hostname, class string) *storagev1.CSIStorageCapacity {
 	t.Helper()
 	var found *storagev1.CSIStorageCapacity
 	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
