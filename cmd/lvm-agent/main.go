@@ -92,13 +92,7 @@ func agentMain(args []string) int {
 	fs.StringVar(&o.dmControl, "device-mapper-control", "/dev/mapper/control", "device-mapper control node, to confirm LV devices and report thin-pool usage (empty: off; unreadable: noted once, then off)")
 	fs.StringVar(&o.capacityAnnotation, "node-capacity-annotation", agent.DefaultCapacityAnnotation, "Node annotation kept up to date with each device class's size and free bytes (empty: off)")
 	o.gc.addFlags(fs)
-	klogFlags := flag.NewFlagSet("klog", flag.ExitOnError)
-	klog.InitFlags(klogFlags)
-	// Logs go to stderr; of klog's many flags only verbosity is worth offering.
-	for _, name := range []string{"v", "vmodule"} {
-		f := klogFlags.Lookup(name)
-		fs.Var(f.Value, f.Name, f.Usage)
-	}
+	verbosityFlags(fs)
 	_ = fs.Parse(args)
 	defer klog.Flush()
 
@@ -254,6 +248,17 @@ func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, re
 	go func() { _ = srv.Serve(l) }()
 	go func() { <-ctx.Done(); _ = srv.Close() }()
 	return nil
+}
+
+// verbosityFlags adds klog's verbosity flags to fs. Logs go to stderr; of
+// klog's many flags only verbosity is worth offering.
+func verbosityFlags(fs *flag.FlagSet) {
+	klogFlags := flag.NewFlagSet("klog", flag.ExitOnError)
+	klog.InitFlags(klogFlags)
+	for _, name := range []string{"v", "vmodule"} {
+		f := klogFlags.Lookup(name)
+		fs.Var(f.Value, f.Name, f.Usage)
+	}
 }
 
 func firstEnv(names ...string) string {

@@ -50,12 +50,7 @@ func provisionerMain(args []string) int {
 	fs.IntVar(&o.metricsPort, "metrics-port", 8080, "serve the provisioner library's metrics on this port at /metrics (0: off)")
 	fs.BoolVar(&o.publishCapacity, "publish-capacity", true, "keep one CSIStorageCapacity per node and StorageClass from the Node capacity annotation (the CSIDriver object must say storageCapacity: true for the scheduler to use them; with false, also set it false)")
 	fs.StringVar(&o.capacityAnnotation, "node-capacity-annotation", agent.DefaultCapacityAnnotation, "Node annotation the agents publish their capacity in")
-	klogFlags := flag.NewFlagSet("klog", flag.ExitOnError)
-	klog.InitFlags(klogFlags)
-	for _, name := range []string{"v", "vmodule"} {
-		f := klogFlags.Lookup(name)
-		fs.Var(f.Value, f.Name, f.Usage)
-	}
+	verbosityFlags(fs)
 	_ = fs.Parse(args)
 	defer klog.Flush()
 	if err := runProvisioner(o); err != nil {
