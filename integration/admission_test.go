@@ -47,7 +47,7 @@ func TestAdmission(t *testing.T) {
 	ctx := context.Background()
 	acp := harness.StartControlPlaneWith(t, 2*time.Minute, harness.Options{Authorization: "RBAC"})
 	admin := acp.Client
-	applyRBAC(t, admin) // the agent's ServiceAccount and role
+	applyRBAC(t, admin, rbacManifest) // the agent's ServiceAccount and role
 	_, err := admin.CoreV1().ServiceAccounts("lvm-agent").Create(ctx,
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "lvm-agent-provisioner"}}, metav1.CreateOptions{})
 	require.NoError(t, err)

