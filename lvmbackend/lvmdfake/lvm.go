@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 )
@@ -35,6 +36,13 @@ type LV struct {
 	Major     uint32
 	Minor     uint32
 	Thin      bool
+	// Origin is the LV this one is a (thick) snapshot of; a pool is a thin
+	// pool; Pool is the thin pool of a thin LV added with Add.
+	Origin string
+	IsPool bool
+	Pool   string
+	// Attr is lv_attr as lvs prints it, filled in by List.
+	Attr string
 }
 
 // Errors of the model; each dialect's server turns them into its daemon's
@@ -53,6 +61,11 @@ type class struct {
 	lvs map[string]*LV
 }
 
+// errReserved is lvm's refusal of a reserved name part (one is modelled: the
+// agent's validator knows lvm2's whole list; the model shows what lvmd says
+// for a name that gets past it).
+var errReserved = errors.New(`Names including "_cvol" are reserved. Please choose a different LV name.`)
+
 // LVM is the in-memory state shared by the dialect servers.
 type LVM struct {
 	mu       sync.Mutex
@@ -61,6 +74,7 @@ type LVM struct {
 	minor    uint32
 	hook     func(op, class, name string) error
 	watchers map[chan struct{}]struct{}
+	options  map[string]bool // lvcreate option classes
 }
 
 // NewLVM makes a model with the given device classes.
@@ -74,6 +88,19 @@ func NewLVM(classes ...Class) *LVM {
 	}
 	return m
 }
+
+// SetOptionClasses sets the lvcreate option classes the daemon knows; by
+// default it knows none and refuses any.
+func (m *LVM) SetOptionClasses(names ...string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.options = map[string]bool{}
+	for _, n := range names {
+		m.options[n] = true
+	}
+}
+
+func (m *LVM) optionClass(name string) bool { m.mu.Lock(); defer m.mu.Unlock(); return m.options[name] }
 
 // SetLatency makes every mutating operation take d, serialized per class.
 func (m *LVM) SetLatency(d time.Duration) { m.mu.Lock(); m.latency = d; m.mu.Unlock() }
@@ -113,7 +140,10 @@ func (m *LVM) Create(className, name string, size uint64, tags []string) (LV, er
 	if size == 0 || size%4096 != 0 {
 		return LV{}, fmt.Errorf("%w: %d is not a positive multiple of 4096", errBadSize, size)
 	}
-	if _, ok := c.lvs[name]; ok {
+	if strings.Contains(name, "_cvol") {
+		return LV{}, errReserved
+	}
+	if m.taken(c.VG, name) {
 		return LV{}, fmt.Errorf("Logical Volume %q %w in volume group %q", name, errExists, c.VG)
 	}
 	if free := c.free(); free < size {
@@ -130,7 +160,47 @@ func (m *LVM) Create(className, name string, size uint64, tags []string) (LV, er
 	return *lv, nil
 }
 
-// Remove deletes an LV.
+// taken reports whether any class of volume group vg has an LV called name:
+// LV names are unique in a VG, whichever device class lists them. The caller
+// holds the lock of one class; the others are read without theirs, which is
+// enough for tests that do not race a create against another class's.
+func (m *LVM) taken(vg, name string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, c := range m.classes {
+		if c.VG == vg {
+			if _, ok := c.lvs[name]; ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Add puts lv into its class as it is, without lvmd: for LVs lvmd does not
+// make (snapshots, thin pools, thin LVs of a pool named by Pool).
+func (m *LVM) Add(lv LV) error {
+	m.mu.Lock()
+	c, ok := m.classes[lv.Class]
+	m.minor++
+	lv.Major, lv.Minor = 253, m.minor
+	m.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("%w: %s", errNoClass, lv.Class)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.lvs[lv.Name]; ok {
+		return fmt.Errorf("Logical Volume %q %w", lv.Name, errExists)
+	}
+	lv.Tags = append([]string(nil), lv.Tags...)
+	c.lvs[lv.Name] = &lv
+	m.notify()
+	return nil
+}
+
+// Remove deletes an LV as lvmd's "lvremove -f" does: with its dependents (an
+// origin's snapshots, a thin pool's thin LVs).
 func (m *LVM) Remove(className, name string) error {
 	c, latency, err := m.begin("remove", className, name)
 	if err != nil {
@@ -143,6 +213,11 @@ func (m *LVM) Remove(className, name string) error {
 		return fmt.Errorf("%w: %s/%s", errNotFound, c.VG, name)
 	}
 	delete(c.lvs, name)
+	for n, lv := range c.lvs {
+		if lv.Origin == name || lv.Pool == name {
+			delete(c.lvs, n)
+		}
+	}
 	m.notify()
 	return nil
 }
@@ -157,7 +232,9 @@ func (m *LVM) List(className string) ([]LV, error) {
 	defer c.mu.Unlock()
 	out := make([]LV, 0, len(c.lvs))
 	for _, lv := range c.lvs {
-		out = append(out, *lv)
+		l := *lv
+		l.Attr = c.attr(lv)
+		out = append(out, l)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
@@ -221,10 +298,21 @@ func (m *LVM) notify() {
 	}
 }
 
-// attr is the LV's lv_attr as lvs prints it for an active linear or thin LV.
-func (lv LV) attr() string {
-	if lv.Thin {
+// attr is the LV's lv_attr as lvs prints it for an active LV: a thin pool,
+// a thin LV, a snapshot, an origin with snapshots, or a linear LV.
+func (c *class) attr(lv *LV) string {
+	switch {
+	case lv.IsPool:
+		return "twi-a-tz--"
+	case lv.Thin || lv.Pool != "":
 		return "Vwi-a-tz--"
+	case lv.Origin != "":
+		return "swi-a-s---"
+	}
+	for _, o := range c.lvs {
+		if o.Origin == lv.Name {
+			return "owi-a-s---"
+		}
 	}
 	return "-wi-a-----"
 }
