@@ -69,7 +69,12 @@ func TestDelete(t *testing.T) {
 	require.NoError(t, n.create(t, "default", "to-delete", spec("lv-delete", "4Mi")))
 	pvc, err := cp.Client.CoreV1().PersistentVolumeClaims("default").Get(context.Background(), "to-delete", metav1.GetOptions{})
 	require.NoError(t, err)
-	harness.PV(t, cp.Client, "pv-delete", n.name, kube.DefaultDriver, pvc.UID)
+	harness.PV(t, cp.Client, "pv-delete", n.name, kube.DefaultDriver, pvc)
+	// Issue 14, item 2: while the claim exists, its LV stays.
+	require.ErrorIs(t, deleteVolume(t, "pv-delete", "vg1", "lv-delete"), kube.ErrClaimInUse)
+	assert.Len(t, n.lvs(t, "vg1"), 1)
+	// The order a cluster follows: the claim is deleted, then the delete asked.
+	harness.DeleteClaim(t, cp.Client, pvc)
 	require.NoError(t, deleteVolume(t, "pv-delete", "vg1", "lv-delete"))
 	assert.Empty(t, n.lvs(t, "vg1"))
 	// Asked again: still deleted, no error.
@@ -78,7 +83,7 @@ func TestDelete(t *testing.T) {
 
 func TestDeleteAbsent(t *testing.T) {
 	n := startNode(t)
-	harness.PV(t, cp.Client, "pv-absent", n.name, kube.DefaultDriver, "")
+	harness.PV(t, cp.Client, "pv-absent", n.name, kube.DefaultDriver, nil)
 	require.NoError(t, deleteVolume(t, "pv-absent", "vg1", "never-existed"))
 }
 
@@ -126,7 +131,8 @@ func TestProtected(t *testing.T) {
 	// An LV marked protected (here, one made by hand with our tag and "protected").
 	_, err = n.lvm.Create("vg1", "lv-protected", 4096, []string{agent.OwnerTag(pvc.UID), agent.ProtectedTag})
 	require.NoError(t, err)
-	harness.PV(t, cp.Client, "pv-protected", n.name, kube.DefaultDriver, pvc.UID)
+	harness.PV(t, cp.Client, "pv-protected", n.name, kube.DefaultDriver, pvc)
+	harness.DeleteClaim(t, cp.Client, pvc)
 	require.ErrorIs(t, deleteVolume(t, "pv-protected", "vg1", "lv-protected"), kube.ErrProtected)
 	assert.Len(t, n.lvs(t, "vg1"), 2)
 }

@@ -26,6 +26,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -47,6 +48,8 @@ func main() {
 		err = pvc(os.Args[2:])
 	case "pv":
 		err = pv(os.Args[2:])
+	case "release":
+		err = release(os.Args[2:])
 	default:
 		usage()
 	}
@@ -57,7 +60,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: lvm-devcluster up|pvc|pv [flags] (-h for each)")
+	fmt.Fprintln(os.Stderr, "usage: lvm-devcluster up|pvc|pv|release [flags] (-h for each)")
 	os.Exit(2)
 }
 
@@ -146,5 +149,52 @@ func pv(args []string) error {
 		return err
 	}
 	fmt.Printf("persistentvolume/%s created: bound to %s (uid %s), node affinity %s, %s=%s\n", out.Name, *claim, pvc.UID, *node, kube.AnnSpec, *spec)
+	return nil
+}
+
+// release does what a cluster does before it asks for a PV's volume to be
+// deleted: the PV's claim is deleted, then the PV is marked Released (the
+// PV controller's job; a lone API server has none). The agent refuses the
+// delete of a PV whose claim still exists.
+func release(args []string) error {
+	fs := flag.NewFlagSet("release", flag.ExitOnError)
+	kc := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig")
+	name := fs.String("pv", "", "PV name (required)")
+	timeout := fs.Duration("timeout", time.Minute, "how long the claim may take to go")
+	_ = fs.Parse(args)
+	if *name == "" {
+		return fmt.Errorf("release: --pv is required")
+	}
+	c, err := client(*kc)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	pv, err := c.CoreV1().PersistentVolumes().Get(ctx, *name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	ref := pv.Spec.ClaimRef
+	if ref == nil {
+		return fmt.Errorf("release: PV %s has no claimRef", *name)
+	}
+	pvcs := c.CoreV1().PersistentVolumeClaims(ref.Namespace)
+	err = pvcs.Delete(ctx, ref.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &ref.UID}})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	err = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		got, err := pvcs.Get(ctx, ref.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err) || err == nil && got.UID != ref.UID, nil
+	})
+	if err != nil {
+		return fmt.Errorf("release: claim %s/%s still exists: %w", ref.Namespace, ref.Name, err)
+	}
+	pv.Status.Phase = corev1.VolumeReleased
+	if _, err := c.CoreV1().PersistentVolumes().UpdateStatus(ctx, pv, metav1.UpdateOptions{}); err != nil {
+		return err
+	}
+	fmt.Printf("persistentvolumeclaim/%s deleted from %s; persistentvolume/%s is Released\n", ref.Name, ref.Namespace, pv.Name)
 	return nil
 }
