@@ -172,7 +172,31 @@ func trim(obj any) (any, error) {
 
 func trimMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
-		Labels: m.Labels, Annotations: m.Annotations, DeletionTimestamp: m.DeletionTimestamp}
+		Labels: only(m.Labels, keptLabels), Annotations: only(m.Annotations, keptAnnotations), DeletionTimestamp: m.DeletionTimestamp}
+}
+
+// The annotations and labels the cache keeps of an owned object: the
+// protocol's, and the PV's provisioned-by (ownership of local PVs). Anyone
+// who may edit a PVC may add 256 KiB of annotations to it; the agent reads
+// none of them.
+var (
+	keptAnnotations = []string{AnnLifecycle, AnnSpec, AnnError, AnnReason, AnnDevice, AnnSelectedNode,
+		"pv.kubernetes.io/provisioned-by"}
+	keptLabels = []string{LabelNode}
+)
+
+// only is m restricted to keys (nil when none is there).
+func only(m map[string]string, keys []string) map[string]string {
+	var out map[string]string
+	for _, k := range keys {
+		if v, ok := m[k]; ok {
+			if out == nil {
+				out = make(map[string]string, len(keys))
+			}
+			out[k] = v
+		}
+	}
+	return out
 }
 
 func stubMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
