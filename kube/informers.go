@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -152,6 +153,13 @@ func (c counter) count(obj any, del bool) {
 		return
 	}
 	c.metrics.clock.seen(resource, m.GetNamespace(), m.GetName(), open)
+}
+
+// Trim is obj as the informers cache an object of this node: what the agent
+// holds of an object it reads itself.
+func Trim(obj runtime.Object) runtime.Object {
+	out, _ := trim(obj)
+	return out.(runtime.Object)
 }
 
 // trim keeps only the fields the agent uses. It is idempotent, as an
