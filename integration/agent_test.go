@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync/atomic"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -200,20 +201,33 @@ func TestNoWriteAfterFinalState(t *testing.T) {
 	defer cancel()
 	w, err := cp.Client.CoreV1().PersistentVolumeClaims("default").Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
 	require.NoError(t, err)
+	// The watch is read from the start to the end of the quiet period, every
+	// event of it (issue 14, item 13: it was read only after its cancel).
+	var mu sync.Mutex
+	var modified []string
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			if m, ok := ev.Object.(metav1.Object); ok && ev.Type == watch.Modified {
+				mu.Lock()
+				modified = append(modified, m.GetName())
+				mu.Unlock()
+			}
+		}
+	}()
 	n.agent.Kill()
 	n.start(t)
 	// A request after the restart proves the new agent has synced and worked.
 	require.NoError(t, n.create(t, "default", "final-after", spec("lv-after", "4Mi")))
-	time.Sleep(time.Second)
-	cancel()
-	for ev := range w.ResultChan() {
-		if ev.Type != watch.Modified {
-			continue
-		}
-		if pvc, ok := ev.Object.(interface{ GetName() string }); ok {
-			assert.NotContains(t, []string{"final-ok", "final-failed"}, pvc.GetName(), "written after its final state")
-		}
-	}
+	time.Sleep(time.Second) // the quiet period: room for a wrong write
+	w.Stop()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Contains(t, modified, "final-after", "the watch saw the writes of the period")
+	assert.NotContains(t, modified, "final-ok", "written after its final state")
+	assert.NotContains(t, modified, "final-failed", "written after its final state")
 }
 
 func TestSIGTERM(t *testing.T) {
