@@ -104,7 +104,7 @@ func TestInvariantsCatchViolations(t *testing.T) {
 			s := &volume{kind: kindStealer, ns: "ns", pvc: "keep", pv: "pv-steal", class: "vg1", lv: "lv-keep", size: 1 << 20, uid: "uid-keep", released: time.Now().Add(-time.Hour)}
 			w.vols = append(w.vols, s)
 			w.removes = map[string][]time.Time{"lv-keep": {time.Now()}}
-		}, "no LV removed unless its claim let go of it (deleted, delete asked)"},
+		}, "no LV removed unless its claim let go of it"},
 		{"LV of the wrong size", func(w *world, _ *tracker) {
 			w.lvs[0].SizeBytes = 8 << 20
 		}, "created volume: exactly one LV, right size, ownership tag"},
@@ -120,10 +120,10 @@ func TestInvariantsCatchViolations(t *testing.T) {
 		}, "foreign and protected LVs untouched"},
 		{"LV in use removed", func(w *world, _ *tracker) {
 			w.removes = map[string][]time.Time{"lv-keep": {time.Now()}}
-		}, "no LV removed unless its claim let go of it (deleted, delete asked)"},
+		}, "no LV removed unless its claim let go of it"},
 		{"LV removed before its deletion was asked", func(w *world, _ *tracker) {
 			w.removes = map[string][]time.Time{"lv-full": {full.released.Add(-time.Second)}}
-		}, "no LV removed unless its claim let go of it (deleted, delete asked)"},
+		}, "no LV removed unless its claim let go of it"},
 		{"foreign LV retagged", func(w *world, _ *tracker) {
 			w.lvs[1].Tags = []string{"made-by-hand", agent.OwnerTag("uid-keep")}
 		}, "foreign and protected LVs untouched"},

@@ -92,7 +92,7 @@ func (p *provisioner) lifecycle(ctx context.Context, v *volume) error {
 		return p.createWith(ctx, v, v.createSpec(), 1)
 	case kindRetry:
 		tooBig := v.createSpec()
-		tooBig.Size = 2 * classSize
+		tooBig.Size = (thinOverprov + 1) * classSize // beyond a thin class's overprovisioning too
 		if err := p.createWith(ctx, v, tooBig, 1); err != nil {
 			return err
 		}
