@@ -3,8 +3,8 @@ package integration
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
