@@ -82,6 +82,18 @@ func TestDelete(t *testing.T) {
 	require.NoError(t, deleteVolume(t, "pv-delete", "vg1", "lv-delete"))
 }
 
+// Issue 14, item 6: a PVC being deleted (the API server's pvc-protection
+// finalizer holds it) gets no LV, and its provisioner a reason to stop.
+func TestTerminatingClaim(t *testing.T) {
+	n := startNode(t)
+	pvc := harness.PVC(t, cp.Client, "default", "terminating", n.name)
+	require.Contains(t, pvc.Finalizers, "kubernetes.io/pvc-protection")
+	require.NoError(t, cp.Client.CoreV1().PersistentVolumeClaims("default").Delete(context.Background(), "terminating", metav1.DeleteOptions{}))
+	require.ErrorIs(t, n.request(t, "default", "terminating", spec("lv-terminating", "4Mi")), kube.ErrClaimTerminating)
+	assert.Empty(t, n.lvs(t, "vg1"))
+	harness.DeleteClaim(t, cp.Client, pvc)
+}
+
 func TestDeleteAbsent(t *testing.T) {
 	n := startNode(t)
 	harness.PV(t, cp.Client, "pv-absent", n.name, kube.DefaultDriver, nil)
