@@ -75,11 +75,14 @@ type LVM struct {
 	hook     func(op, class, name string) error
 	watchers map[chan struct{}]struct{}
 	options  map[string]bool // lvcreate option classes
+	// names are the LV names in use per volume group: unique in a VG,
+	// whichever of its device classes holds the LV.
+	names map[string]map[string]bool
 }
 
 // NewLVM makes a model with the given device classes.
 func NewLVM(classes ...Class) *LVM {
-	m := &LVM{classes: map[string]*class{}, watchers: map[chan struct{}]struct{}{}}
+	m := &LVM{classes: map[string]*class{}, watchers: map[chan struct{}]struct{}{}, names: map[string]map[string]bool{}}
 	for _, c := range classes {
 		if c.VG == "" {
 			c.VG = c.Name
@@ -143,11 +146,11 @@ func (m *LVM) Create(className, name string, size uint64, tags []string) (LV, er
 	if strings.Contains(name, "_cvol") {
 		return LV{}, errReserved
 	}
-	if m.taken(c.VG, name) {
-		return LV{}, fmt.Errorf("Logical Volume %q %w in volume group %q", name, errExists, c.VG)
-	}
 	if free := c.free(); free < size {
 		return LV{}, fmt.Errorf("%w: free=%d, requested=%d", errNoSpace, free, size)
+	}
+	if !m.claim(c.VG, name) {
+		return LV{}, fmt.Errorf("Logical Volume %q %w in volume group %q", name, errExists, c.VG)
 	}
 	m.mu.Lock()
 	m.minor++
@@ -160,22 +163,21 @@ func (m *LVM) Create(className, name string, size uint64, tags []string) (LV, er
 	return *lv, nil
 }
 
-// taken reports whether any class of volume group vg has an LV called name:
-// LV names are unique in a VG, whichever device class lists them. The caller
-// holds the lock of one class; the others are read without theirs, which is
-// enough for tests that do not race a create against another class's.
-func (m *LVM) taken(vg, name string) bool {
+// claim takes name in volume group vg, if no LV there has it.
+func (m *LVM) claim(vg, name string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, c := range m.classes {
-		if c.VG == vg {
-			if _, ok := c.lvs[name]; ok {
-				return true
-			}
-		}
+	if m.names[vg][name] {
+		return false
 	}
-	return false
+	if m.names[vg] == nil {
+		m.names[vg] = map[string]bool{}
+	}
+	m.names[vg][name] = true
+	return true
 }
+
+func (m *LVM) unclaim(vg, name string) { m.mu.Lock(); delete(m.names[vg], name); m.mu.Unlock() }
 
 // Add puts lv into its class as it is, without lvmd: for LVs lvmd does not
 // make (snapshots, thin pools, thin LVs of a pool named by Pool).
@@ -190,7 +192,7 @@ func (m *LVM) Add(lv LV) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.lvs[lv.Name]; ok {
+	if !m.claim(c.VG, lv.Name) {
 		return fmt.Errorf("Logical Volume %q %w", lv.Name, errExists)
 	}
 	lv.Tags = append([]string(nil), lv.Tags...)
@@ -213,9 +215,11 @@ func (m *LVM) Remove(className, name string) error {
 		return fmt.Errorf("%w: %s/%s", errNotFound, c.VG, name)
 	}
 	delete(c.lvs, name)
+	m.unclaim(c.VG, name)
 	for n, lv := range c.lvs {
 		if lv.Origin == name || lv.Pool == name {
 			delete(c.lvs, n)
+			m.unclaim(c.VG, n)
 		}
 	}
 	m.notify()
