@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -42,31 +43,41 @@ func PV(t TB, c kubernetes.Interface, name, node, driver string, claim *corev1.P
 	return out
 }
 
-// DeleteClaim deletes a PVC and waits until the API server no longer has it:
-// what a cluster does before a PV is released and its delete asked (the
-// agent refuses the delete of a PV whose claim still exists). The API server
-// adds the pvc-protection finalizer to every PVC; with no controller to drop
-// it once no pod uses the claim, DeleteClaim drops it.
+// DeleteClaim deletes a PVC and waits until the API server no longer has it
+// (see RemoveClaim), or fails the test.
 func DeleteClaim(t TB, c kubernetes.Interface, pvc *corev1.PersistentVolumeClaim) {
 	t.Helper()
-	ctx := context.Background()
-	pvcs := c.CoreV1().PersistentVolumeClaims(pvc.Namespace)
-	if err := pvcs.Delete(ctx, pvc.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pvc.UID}}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		t.Fatalf("delete PVC %s/%s: %v", pvc.Namespace, pvc.Name, err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := RemoveClaim(ctx, c, pvc.Namespace, pvc.Name, pvc.UID); err != nil {
+		t.Fatalf("%v", err)
 	}
-	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		got, err := pvcs.Get(ctx, pvc.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) || err == nil && got.UID != pvc.UID {
+}
+
+// RemoveClaim deletes the PVC of that UID and waits until the API server no
+// longer has it: what a cluster does before a PV is released and its delete
+// asked (the agent refuses the delete of a PV whose claim still exists). The
+// API server adds the pvc-protection finalizer to every PVC; with no
+// controller to drop it once no pod uses the claim, RemoveClaim drops it.
+func RemoveClaim(ctx context.Context, c kubernetes.Interface, ns, name string, uid types.UID) error {
+	pvcs := c.CoreV1().PersistentVolumeClaims(ns)
+	if err := pvcs.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("delete PVC %s/%s: %w", ns, name, err)
+	}
+	err := wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		got, err := pvcs.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || err == nil && got.UID != uid {
 			return true, nil
 		}
 		if err == nil && len(got.Finalizers) > 0 {
-			_, _ = pvcs.Patch(ctx, pvc.Name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+			_, _ = pvcs.Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
 		}
 		return false, nil
 	})
 	if err != nil {
-		t.Fatalf("PVC %s/%s still exists: %v", pvc.Namespace, pvc.Name, err)
+		return fmt.Errorf("PVC %s/%s still exists: %w", ns, name, err)
 	}
+	return nil
 }
 
 // WaitFor polls get until cond holds or timeout passes, and returns the

@@ -26,7 +26,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -153,9 +152,10 @@ func pv(args []string) error {
 }
 
 // release does what a cluster does before it asks for a PV's volume to be
-// deleted: the PV's claim is deleted, then the PV is marked Released (the
-// PV controller's job; a lone API server has none). The agent refuses the
-// delete of a PV whose claim still exists.
+// deleted: the PV's claim is deleted (its pvc-protection finalizer dropped,
+// as the controller would with no pod using it), then the PV is marked
+// Released (the PV controller's job; a lone API server has none). The agent
+// refuses the delete of a PV whose claim still exists.
 func release(args []string) error {
 	fs := flag.NewFlagSet("release", flag.ExitOnError)
 	kc := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig")
@@ -179,17 +179,8 @@ func release(args []string) error {
 	if ref == nil {
 		return fmt.Errorf("release: PV %s has no claimRef", *name)
 	}
-	pvcs := c.CoreV1().PersistentVolumeClaims(ref.Namespace)
-	err = pvcs.Delete(ctx, ref.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &ref.UID}})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return err
-	}
-	err = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		got, err := pvcs.Get(ctx, ref.Name, metav1.GetOptions{})
-		return apierrors.IsNotFound(err) || err == nil && got.UID != ref.UID, nil
-	})
-	if err != nil {
-		return fmt.Errorf("release: claim %s/%s still exists: %w", ref.Namespace, ref.Name, err)
+	if err := harness.RemoveClaim(ctx, c, ref.Namespace, ref.Name, ref.UID); err != nil {
+		return fmt.Errorf("release: %w", err)
 	}
 	pv.Status.Phase = corev1.VolumeReleased
 	if _, err := c.CoreV1().PersistentVolumes().UpdateStatus(ctx, pv, metav1.UpdateOptions{}); err != nil {
