@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -320,8 +321,12 @@ func (a *Agent) answer(k Key, obj runtime.Object, out outcome, start time.Time) 
 	case apierrors.IsNotFound(err):
 		return syncDone
 	case apierrors.IsConflict(err):
-		// The object changed since it was read: decide again on the new version.
-		klog.V(2).InfoS("Request changed while it was handled; handling it again", "request", k)
+		// The object changed since it was read: decide again on the new
+		// version, read from the API server. The informer would bring it,
+		// but not for an object a sweep handed over, which no informer
+		// holds: retried as it was, it would meet a 409 for ever.
+		klog.V(2).InfoS("Request changed while it was handled; reading it again", "request", k)
+		a.reread(ctx, k, obj)
 		return syncRetry
 	case err != nil:
 		klog.ErrorS(err, "Could not write the answer; will retry", "request", k, "state", out.state)
@@ -337,6 +342,34 @@ func (a *Agent) answer(k Key, obj runtime.Object, out outcome, start time.Time) 
 		a.recorder.Eventf(obj, corev1.EventTypeNormal, "Volume"+titleCase(out.state), "volume %s by lvm-agent on node %s", out.state, a.cfg.Node.Name)
 	}
 	return syncDone
+}
+
+// reread replaces the request held for k, if it is still stale, with the
+// object as the API server has it now (trimmed as the informers trim), or
+// forgets it when it is gone or no longer an open request of this node.
+func (a *Agent) reread(ctx context.Context, k Key, stale runtime.Object) {
+	var fresh runtime.Object
+	var err error
+	if k.Kind == KindPVC {
+		fresh, err = a.client.CoreV1().PersistentVolumeClaims(k.Namespace).Get(ctx, k.Name, metav1.GetOptions{})
+	} else {
+		fresh, err = a.client.CoreV1().PersistentVolumes().Get(ctx, k.Name, metav1.GetOptions{})
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		fresh = nil
+	case err != nil:
+		klog.ErrorS(err, "Could not read the request again; will retry", "request", k)
+		return
+	default:
+		fresh = kube.Trim(fresh)
+		if _, open := a.request(fresh); !open {
+			fresh = nil
+		}
+	}
+	if a.DSW.replace(k, stale, fresh) && fresh == nil {
+		a.ASW.Remove(k)
+	}
 }
 
 func (a *Agent) patch(ctx context.Context, k Key, rv string, c kube.Change) error {

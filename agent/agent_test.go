@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -102,14 +103,18 @@ func (e *env) pv(t *testing.T, name, selected string, claimUID types.UID, ann ma
 	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: ann},
 		Spec: corev1.PersistentVolumeSpec{
 			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: kube.DefaultDriver, VolumeHandle: name}},
-			NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
-				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{selected}}}}}}},
+			NodeAffinity:           affinity(selected),
 		}}
 	if claimUID != "" {
 		pv.Spec.ClaimRef = &corev1.ObjectReference{UID: claimUID}
 	}
 	_, err := e.client.CoreV1().PersistentVolumes().Create(context.Background(), pv, metav1.CreateOptions{})
 	require.NoError(t, err)
+}
+
+func affinity(node string) *corev1.VolumeNodeAffinity {
+	return &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+		MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}}}}}}
 }
 
 // waitPVC waits until the PVC's lifecycle leaves "creating" and returns its annotations.
@@ -151,7 +156,8 @@ func TestCreate(t *testing.T) {
 	cases := []struct {
 		name       string
 		spec       string
-		existing   *lvmdfake.LV // an LV made before the request
+		existing   *lvmdfake.LV // an LV made before the request (in existing.Class, or the spec's)
+		lvmSays    string       // lvmd's internal error for every lvcreate
 		wantState  string
 		wantReason string
 		wantSize   uint64 // of the LV afterwards (0: no LV)
@@ -176,6 +182,22 @@ func TestCreate(t *testing.T) {
 		{name: "our LV fills the VG", spec: `{"volumeGroup":"thick","name":"lv1","size":1073741824}`,
 			existing:  &lvmdfake.LV{Name: "lv1", SizeBytes: 1 << 30, Tags: []string{OwnerTag("default-pvc-uid")}},
 			wantState: kube.StateCreated, wantSize: 1 << 30},
+		// Issue 14, item 5: what lvm refuses for good ends failed.
+		{name: "reserved name part", spec: `{"volumeGroup":"thick","name":"data_cvol","size":4096}`, wantState: kube.StateFailed, wantReason: kube.ReasonInvalidSpec},
+		{name: "name lvm reserves", spec: `{"volumeGroup":"thick","name":"lv1","size":4096}`,
+			lvmSays:   `Names including "_new" are reserved. Please choose a different LV name.`,
+			wantState: kube.StateFailed, wantReason: kube.ReasonInvalidSpec},
+		{name: "thick name held by a thin LV", spec: `{"volumeGroup":"thick","name":"lv1","size":4096}`,
+			existing:  &lvmdfake.LV{Class: "thin", Name: "lv1", SizeBytes: 4 << 20, Tags: []string{OwnerTag("other")}},
+			wantState: kube.StateFailed, wantReason: kube.ReasonNameConflict, wantSize: 4 << 20},
+		// Item 3: an LV of ours answers only if it is at least the asked size,
+		// and a claim owns at most one LV.
+		{name: "our LV is smaller than asked", spec: `{"volumeGroup":"thick","name":"lv1","size":8388608}`,
+			existing:  &lvmdfake.LV{Name: "lv1", SizeBytes: 4096, Tags: []string{OwnerTag("default-pvc-uid")}},
+			wantState: kube.StateFailed, wantReason: kube.ReasonVolumeMismatch, wantSize: 4 << 20},
+		{name: "renamed re-request", spec: `{"volumeGroup":"thick","name":"lv1","size":4096}`,
+			existing:  &lvmdfake.LV{Name: "lv0", SizeBytes: 4096, Tags: []string{OwnerTag("default-pvc-uid")}},
+			wantState: kube.StateFailed, wantReason: kube.ReasonVolumeMismatch, wantSize: 4 << 20},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -185,8 +207,26 @@ func TestCreate(t *testing.T) {
 				class = "thin"
 			}
 			if tc.existing != nil {
-				_, err := e.lvm.Create(class, tc.existing.Name, tc.existing.SizeBytes, tc.existing.Tags)
+				in := class
+				if tc.existing.Class != "" {
+					in = tc.existing.Class
+				}
+				_, err := e.lvm.Create(in, tc.existing.Name, tc.existing.SizeBytes, tc.existing.Tags)
 				require.NoError(t, err)
+				if in != class {
+					lvs, err := e.lvm.List(in)
+					require.NoError(t, err)
+					require.Len(t, lvs, 1)
+					class = in // the LV checked below
+				}
+			}
+			if tc.lvmSays != "" {
+				e.lvm.SetHook(func(op, _, _ string) error {
+					if op == "create" {
+						return errors.New(tc.lvmSays)
+					}
+					return nil
+				})
 			}
 			e.pvc(t, "default", "pvc", node, spec(tc.spec))
 			ann := e.waitPVC(t, "default", "pvc")
@@ -259,6 +299,114 @@ func TestDelete(t *testing.T) {
 			assert.Equal(t, tc.wantLVLeft, len(lvs) == 1)
 		})
 	}
+}
+
+// Issue 14, item 2: a delete is refused while the PV's claim still exists
+// with that UID; a claim of that name made since is another claim.
+func TestDeleteLiveClaim(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		claimUID  types.UID // of the PVC that exists ("" for none)
+		wantState string
+	}{
+		{name: "claim exists", claimUID: "default-data-uid", wantState: kube.StateFailed},
+		{name: "claim re-created", claimUID: "other-uid", wantState: kube.StateDeleted},
+		{name: "claim gone", wantState: kube.StateDeleted},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := start(t, Config{})
+			if tc.claimUID != "" {
+				_, err := e.client.CoreV1().PersistentVolumeClaims("default").Create(context.Background(),
+					&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "data", UID: tc.claimUID}}, metav1.CreateOptions{})
+				require.NoError(t, err)
+			}
+			_, err := e.lvm.Create("thick", "lv1", 4096, []string{OwnerTag("default-data-uid")})
+			require.NoError(t, err)
+			pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv1",
+				Annotations: map[string]string{kube.AnnLifecycle: kube.StateDeleting, kube.AnnSpec: "thick/lv1"}},
+				Spec: corev1.PersistentVolumeSpec{
+					PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: kube.DefaultDriver, VolumeHandle: "lv1"}},
+					NodeAffinity:           affinity(node),
+					ClaimRef:               &corev1.ObjectReference{Namespace: "default", Name: "data", UID: "default-data-uid"}}}
+			_, err = e.client.CoreV1().PersistentVolumes().Create(context.Background(), pv, metav1.CreateOptions{})
+			require.NoError(t, err)
+			ann := e.waitPV(t, "pv1")
+			assert.Equal(t, tc.wantState, ann[kube.AnnLifecycle])
+			lvs, err := e.lvm.List("thick")
+			require.NoError(t, err)
+			if tc.wantState == kube.StateFailed {
+				assert.Equal(t, kube.ReasonClaimInUse, ann[kube.AnnReason])
+				assert.Len(t, lvs, 1, "the live claim's LV stays")
+			} else {
+				assert.Empty(t, lvs)
+			}
+		})
+	}
+}
+
+// Issue 14, item 7: only a plain volume without dependents is removed;
+// lvremove -f would take an origin's snapshots or a pool's thin LVs along.
+func TestDeleteOnlyPlainVolumes(t *testing.T) {
+	tag := []string{OwnerTag("claim-uid")}
+	for _, tc := range []struct {
+		name   string
+		lvs    []lvmdfake.LV // lv1 is the one the PV names
+		remove bool
+	}{
+		{name: "linear", lvs: []lvmdfake.LV{{Name: "lv1", Tags: tag}}, remove: true},
+		{name: "thin", lvs: []lvmdfake.LV{{Name: "pool0", IsPool: true}, {Name: "lv1", Pool: "pool0", Tags: tag}}, remove: true},
+		{name: "origin with a snapshot", lvs: []lvmdfake.LV{{Name: "lv1", Tags: tag}, {Name: "snap", Origin: "lv1"}}},
+		{name: "snapshot", lvs: []lvmdfake.LV{{Name: "base"}, {Name: "lv1", Origin: "base", Tags: tag}}},
+		{name: "thin pool", lvs: []lvmdfake.LV{{Name: "lv1", IsPool: true, Tags: tag}, {Name: "thin1", Pool: "lv1"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := start(t, Config{})
+			for _, lv := range tc.lvs {
+				lv.Class, lv.SizeBytes = "thick", 4<<20
+				require.NoError(t, e.lvm.Add(lv))
+			}
+			e.pv(t, "pv1", node, "claim-uid", map[string]string{kube.AnnLifecycle: kube.StateDeleting, kube.AnnSpec: "thick/lv1"})
+			ann := e.waitPV(t, "pv1")
+			lvs, err := e.lvm.List("thick")
+			require.NoError(t, err)
+			if tc.remove {
+				assert.Equal(t, kube.StateDeleted, ann[kube.AnnLifecycle])
+				assert.Len(t, lvs, len(tc.lvs)-1)
+				return
+			}
+			assert.Equal(t, kube.StateFailed, ann[kube.AnnLifecycle])
+			assert.Equal(t, kube.ReasonNotPlainVolume, ann[kube.AnnReason])
+			assert.Len(t, lvs, len(tc.lvs), "nothing removed")
+		})
+	}
+}
+
+// Issue 14, item 6: a PVC that is being deleted gets no LV.
+func TestNoVolumeForTerminatingClaim(t *testing.T) {
+	e := start(t, Config{})
+	now := metav1.Now()
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "pvc", UID: "uid",
+		DeletionTimestamp: &now, Finalizers: []string{"kubernetes.io/pvc-protection"},
+		Annotations: map[string]string{kube.AnnSelectedNode: node, kube.AnnLifecycle: kube.StateCreating,
+			kube.AnnSpec: `{"volumeGroup":"thick","name":"lv1","size":4096}`}}}
+	_, err := e.client.CoreV1().PersistentVolumeClaims("default").Create(context.Background(), pvc, metav1.CreateOptions{})
+	require.NoError(t, err)
+	ann := e.waitPVC(t, "default", "pvc")
+	assert.Equal(t, kube.StateFailed, ann[kube.AnnLifecycle])
+	assert.Equal(t, kube.ReasonClaimTerminating, ann[kube.AnnReason])
+	lvs, err := e.lvm.List("thick")
+	require.NoError(t, err)
+	assert.Empty(t, lvs)
+}
+
+// Issue 14, item 5: an lvcreate option class lvmd does not know ends failed.
+func TestUnknownOptionClass(t *testing.T) {
+	e := start(t, Config{StripedOptionClass: "striped"})
+	e.pvc(t, "default", "pvc", node, spec(`{"volumeGroup":"thick","name":"lv1","size":4096,"striping":true}`))
+	ann := e.waitPVC(t, "default", "pvc")
+	assert.Equal(t, kube.StateFailed, ann[kube.AnnLifecycle])
+	assert.Equal(t, kube.ReasonInvalidSpec, ann[kube.AnnReason])
+	assert.Contains(t, ann[kube.AnnError], "striped")
 }
 
 // Requests of other nodes, and objects without a request, are not touched.

@@ -22,8 +22,10 @@ import (
 )
 
 // Orphan garbage collection (opt-in). An LV is an orphan when it carries this
-// agent's ownership tag, is not tagged protected, no PVC with the tag's UID
-// exists, and no PV or PVC references it. That happens when a PVC is deleted
+// agent's ownership tag, is tagged neither protected nor retained (the
+// provisioner's tag for volumes of Retain classes: their data outlives the
+// PV, as Kubernetes promises), no PVC with the tag's UID exists, and no PV or
+// PVC references it. That happens when a PVC is deleted
 // while its create is in flight (lvmd finishes the lvcreate, the answer finds
 // no PVC), or when a provisioner deletes a PV without asking for "deleting".
 //
@@ -37,7 +39,12 @@ import (
 //
 // Before removing anything the references are read from the API server (a
 // paged, consistent list), not only from the informers' caches: a cache may
-// lag, or (watch mode "labelled") not hold every PVC.
+// lag, or (watch mode "labelled") not hold every PVC. That list is of the
+// whole cluster, so it is bounded: an LV the list explained (its PVC exists
+// but is not in the cache) is not listed for again before RecheckAfter, and
+// in a dry run an LV already reported is reported again without a list. A
+// list thus happens only for an LV that is new to the collector, due for
+// removal, or explained longer ago than RecheckAfter.
 
 // GCConfig configures the orphan collector.
 type GCConfig struct {
@@ -46,6 +53,10 @@ type GCConfig struct {
 	Interval time.Duration
 	// DryRun logs and counts what would be removed, and removes nothing.
 	DryRun bool
+	// RecheckAfter is how long an LV that the API server's references
+	// explained is left out of the live list (0: ten intervals). It delays
+	// the removal of an LV whose last reference goes, never hastens one.
+	RecheckAfter time.Duration
 }
 
 // Orphan is an LV found orphaned.
@@ -78,6 +89,10 @@ type OrphanGC struct {
 
 	mu    sync.Mutex
 	marks map[orphanKey]time.Time
+	// explained are the LVs the live list last explained, and when.
+	explained map[orphanKey]time.Time
+	// reported are the LVs a dry run reported as would_remove last pass.
+	reported map[orphanKey]bool
 
 	passes   *prometheus.CounterVec
 	removals *prometheus.CounterVec
@@ -94,7 +109,10 @@ type orphanKey struct {
 // NewOrphanGC makes a collector for a's node; its metrics are registered
 // with reg (nil: not registered).
 func NewOrphanGC(a *Agent, cfg GCConfig, reg prometheus.Registerer) *OrphanGC {
-	g := &OrphanGC{a: a, cfg: cfg, marks: map[orphanKey]time.Time{},
+	if cfg.RecheckAfter <= 0 {
+		cfg.RecheckAfter = 10 * cfg.Interval
+	}
+	g := &OrphanGC{a: a, cfg: cfg, marks: map[orphanKey]time.Time{}, explained: map[orphanKey]time.Time{}, reported: map[orphanKey]bool{},
 		passes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lvm_agent_orphan_gc_passes_total",
 			Help: "Orphan collector passes by result (ok, error)."}, []string{"result"}),
 		removals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lvm_agent_orphan_gc_removals_total",
@@ -126,7 +144,8 @@ func (g *OrphanGC) Run(ctx context.Context) {
 	}
 }
 
-// candidate is an LV with our ownership tag and without the protected tag.
+// candidate is an LV with our ownership tag and without the protected or
+// retained tag.
 type candidate struct {
 	orphanKey
 	size int64
@@ -172,7 +191,7 @@ func (g *OrphanGC) candidates(ctx context.Context) ([]candidate, error) {
 		for i := range lvs {
 			// An empty UID is not a tag the agent writes: someone else's LV.
 			uid, ours := OwnerUID(&lvs[i])
-			if !ours || uid == "" || lvs[i].HasTag(ProtectedTag) || seen[lvs[i].Name+"\x00"+uid] {
+			if !ours || uid == "" || kept(&lvs[i]) || seen[lvs[i].Name+"\x00"+uid] {
 				continue
 			}
 			seen[lvs[i].Name+"\x00"+uid] = true
@@ -181,6 +200,9 @@ func (g *OrphanGC) candidates(ctx context.Context) ([]candidate, error) {
 	}
 	return out, nil
 }
+
+// kept reports whether an LV is never the collector's, whatever references it.
+func kept(lv *lvmbackend.Volume) bool { return lv.HasTag(ProtectedTag) || lv.HasTag(kube.RetainedTag) }
 
 // refs are what keeps an LV of ours: the UIDs of PVCs that exist and of the
 // claims PVs are bound to, and the LV names specs and volume handles give.
@@ -237,22 +259,32 @@ func (g *OrphanGC) orphaned(ctx context.Context, cands []candidate) ([]candidate
 	for _, o := range g.a.inf.PV.GetStore().List() {
 		cached.add(o.(runtime.Object))
 	}
-	var suspects []candidate
+	now := time.Now()
+	explained := map[orphanKey]time.Time{}
+	var suspects, out []candidate
 	for _, c := range cands {
-		if !cached.keep(c) {
+		switch at, ok := g.explained[c.orphanKey]; {
+		case cached.keep(c):
+		case ok && now.Sub(at) < g.cfg.RecheckAfter:
+			explained[c.orphanKey] = at // kept without a list
+		case g.cfg.DryRun && g.reported[c.orphanKey]:
+			out = append(out, c) // reported again without a list
+		default:
 			suspects = append(suspects, c)
 		}
 	}
+	g.explained = explained
 	if len(suspects) == 0 {
-		return nil, nil
+		return out, nil
 	}
 	live, err := g.liveRefs(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var out []candidate
 	for _, c := range suspects {
-		if !live.keep(c) {
+		if live.keep(c) {
+			explained[c.orphanKey] = now
+		} else {
 			out = append(out, c)
 		}
 	}
@@ -320,6 +352,12 @@ func (g *OrphanGC) act(ctx context.Context, orphaned []candidate) GCResult {
 		}
 	}
 	g.marks = marks
+	g.reported = map[orphanKey]bool{}
+	if g.cfg.DryRun {
+		for _, o := range res.WouldRemove {
+			g.reported[orphanKey{target{o.DeviceClass, o.Name}, o.OwnerUID}] = true
+		}
+	}
 	g.orphans.WithLabelValues("marked").Set(float64(len(res.Marked)))
 	g.orphans.WithLabelValues("would_remove").Set(float64(len(res.WouldRemove)))
 	slices.SortFunc(res.Removed, func(a, b Orphan) int { return strings.Compare(a.String(), b.String()) })
@@ -345,7 +383,7 @@ func (g *OrphanGC) remove(ctx context.Context, c candidate) error {
 	if err != nil {
 		return err
 	}
-	if uid, _ := OwnerUID(lv); uid != c.uid || lv.HasTag(ProtectedTag) {
+	if uid, _ := OwnerUID(lv); uid != c.uid || kept(lv) {
 		return fmt.Errorf("LV %s changed since it was found orphaned (owner %q); left in place", c.target, uid)
 	}
 	if err := g.a.backend.RemoveVolume(ctx, c.deviceClass, c.name); err != nil && !errors.Is(err, lvmbackend.ErrNotFound) {

@@ -116,6 +116,8 @@ func TestOrphanGC(t *testing.T) {
 		{name: "orphan", tags: []string{OwnerTag("gone")}},
 		{name: "thin orphan", class: "thin", tags: []string{OwnerTag("gone"), "app"}},
 		{name: "protected", tags: []string{OwnerTag("gone"), ProtectedTag}, wantKept: true},
+		// Issue 14, item 9: a Retain class's LV outlives its PV.
+		{name: "retained", tags: []string{OwnerTag("gone"), kube.RetainedTag}, wantKept: true},
 		{name: "untagged", tags: nil, wantKept: true},
 		{name: "foreign tags", tags: []string{"made-by-hand", "lvm-agent.pvcx"}, wantKept: true},
 		{name: "prefix without a UID", tags: []string{OwnerTagPrefix}, wantKept: true},
@@ -184,6 +186,30 @@ func TestOrphanGCAsksTheAPIServer(t *testing.T) {
 	e.pass(t)
 	assert.Equal(t, before, countActions(e.client, "list"))
 	assert.Equal(t, []string{"lv1"}, e.names(t, "thick"))
+}
+
+// Issue 14, item 9: the whole-cluster list is bounded. An LV that the live
+// list explained is not listed for again before RecheckAfter; a dry run's
+// reported orphan is reported again without a list.
+func TestOrphanGCBoundedLists(t *testing.T) {
+	// The PVC exists, but the cache does not hold it (watch mode "labelled").
+	e := newGCEnv(t, GCConfig{RecheckAfter: time.Hour}, false, gcPVC("live", ""))
+	e.lv(t, "thick", "lv1", OwnerTag("live"))
+	before := countActions(e.client, "list")
+	for i := 0; i < 4; i++ {
+		assert.Empty(t, e.pass(t).Marked)
+	}
+	assert.Equal(t, 2, countActions(e.client, "list")-before, "one live list (PVCs, PVs) in four passes")
+	assert.Equal(t, []string{"lv1"}, e.names(t, "thick"))
+
+	e = newGCEnv(t, GCConfig{DryRun: true, RecheckAfter: time.Hour}, false)
+	e.lv(t, "thick", "lv1", OwnerTag("gone"))
+	before = countActions(e.client, "list")
+	require.Len(t, e.pass(t).Marked, 1)
+	for i := 0; i < 3; i++ {
+		require.Len(t, e.pass(t).WouldRemove, 1)
+	}
+	assert.Equal(t, 4, countActions(e.client, "list")-before, "lists to mark and to report, none after")
 }
 
 func countActions(c *fake.Clientset, verb string) int {

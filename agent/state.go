@@ -49,6 +49,22 @@ func (d *DesiredStateOfWorld) Add(k Key, obj runtime.Object) {
 // Remove forgets a request.
 func (d *DesiredStateOfWorld) Remove(k Key) { d.mu.Lock(); delete(d.objs, k); d.mu.Unlock() }
 
+// replace puts obj (nil: nothing) in place of old, if old is still the
+// request held for k: an informer's newer object is never overwritten.
+func (d *DesiredStateOfWorld) replace(k Key, old, obj runtime.Object) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.objs[k] != old {
+		return false
+	}
+	if obj == nil {
+		delete(d.objs, k)
+	} else {
+		d.objs[k] = obj
+	}
+	return true
+}
+
 // Get returns the request for k, or nil.
 func (d *DesiredStateOfWorld) Get(k Key) runtime.Object {
 	d.mu.RLock()

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -9,9 +10,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -160,4 +163,30 @@ func TestHybridLabelledRequest(t *testing.T) {
 		kube.Set(map[string]string{kube.LabelNode: kube.NodeLabelValue(node)}))
 	require.NoError(t, err)
 	assert.Equal(t, kube.StateCreated, e.waitPVC(t, "default", "pvc")[kube.AnnLifecycle])
+}
+
+// Issue 14, item 10: a stale object handed over by a sweep (its answer gets
+// a 409 Conflict) is read again, not retried with the same version for ever.
+func TestStaleSweptObjectReadAgain(t *testing.T) {
+	e, _ := startHybrid(t)
+	pvc := e.pvc(t, "default", "pvc", node, spec(`{"volumeGroup":"thick","name":"lv1","size":4096}`))
+	conflicts := 0
+	e.client.PrependReactor("patch", "persistentvolumeclaims", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		var p struct {
+			Metadata struct {
+				ResourceVersion string `json:"resourceVersion"`
+			} `json:"metadata"`
+		}
+		_ = json.Unmarshal(a.(k8stesting.PatchAction).GetPatch(), &p)
+		if p.Metadata.ResourceVersion == "stale" {
+			conflicts++
+			return true, nil, apierrors.NewConflict(corev1.Resource("persistentvolumeclaims"), "pvc", errors.New("the object has been modified"))
+		}
+		return false, nil, nil
+	})
+	stale := pvc.DeepCopy()
+	stale.ResourceVersion = "stale"
+	e.agent.Swept(stale)
+	assert.Equal(t, kube.StateCreated, e.waitPVC(t, "default", "pvc")[kube.AnnLifecycle])
+	assert.Equal(t, 1, conflicts, "one conflict, then the fresh object")
 }

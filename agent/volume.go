@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"k8s.io/klog/v2"
@@ -98,16 +101,32 @@ func DeviceClass(classes map[string]string, vg string) string {
 
 // create makes the LV for a PVC, or finds the one it made before.
 //
-// lvmd's CreateLV is not idempotent, but it is safe to call for a name that
-// exists: lvcreate refuses it and touches nothing. So the agent creates
-// first and looks only when that fails — one lvm run per create instead of a
-// listing before each — and judges every failure by what the listing shows:
-// our LV (an earlier attempt, perhaps by a killed agent) is success, a
-// foreign one is a conflict, and only with no LV there does lvmd's error
-// stand. This also keeps a retry after a crash from reading "VG full" when
-// the space is full of the very LV it asked for.
+// The device class is listed first: a claim owns at most one LV, so an LV
+// of ours for this PVC under another name (a renamed re-request) is a
+// mismatch, not a reason for a second LV, and one under this name answers
+// only if it is at least the asked size. lvmd's CreateLV is not idempotent,
+// and the listing also makes a retry after a crash find its LV instead of
+// reading "VG full" when the space is full of the very LV it asked for.
+// When lvcreate then fails, the failure is judged by a second look: our LV
+// (made meanwhile by a killed agent's lvcreate) is success, a foreign one a
+// conflict, and only with no LV there does lvmd's error stand.
 func (a *Agent) create(ctx context.Context, pvc *corev1.PersistentVolumeClaim, spec kube.CreateSpec, t target) outcome {
+	if pvc.DeletionTimestamp != nil {
+		return fail(kube.ReasonClaimTerminating, fmt.Errorf("PVC is being deleted (since %s); no LV is created for it", pvc.DeletionTimestamp.UTC().Format(time.RFC3339)))
+	}
 	tag := OwnerTag(pvc.UID)
+	lvs, err := a.backend.ListVolumes(ctx, t.deviceClass)
+	switch {
+	case errors.Is(err, lvmbackend.ErrUnknownDeviceClass):
+		return fail(kube.ReasonUnknownVolumeGroup, fmt.Errorf("volume group %q (device class %q) is not served by lvmd on this node: %w", spec.VolumeGroup, t.deviceClass, err))
+	case err != nil:
+		return retry(err)
+	}
+	for i := range lvs {
+		if out, found := a.existing(ctx, &lvs[i], spec, t, tag); found {
+			return out
+		}
+	}
 	req := lvmbackend.CreateRequest{DeviceClass: t.deviceClass, Name: t.name, SizeBytes: spec.Size,
 		Tags: append(append([]string(nil), spec.Tags...), tag)}
 	if spec.Striping {
@@ -122,10 +141,11 @@ func (a *Agent) create(ctx context.Context, pvc *corev1.PersistentVolumeClaim, s
 	}
 	lv, err := a.backend.GetVolume(ctx, t.deviceClass, t.name)
 	switch {
-	case err == nil && lv.HasTag(tag):
-		return a.created(ctx, lv)
 	case err == nil:
-		return fail(kube.ReasonNameConflict, fmt.Errorf("LV %s exists and was not created by lvm-agent for this PVC (no tag %s); it is left untouched", t, tag))
+		if out, found := a.existing(ctx, lv, spec, t, tag); found {
+			return out
+		}
+		return retry(createErr)
 	case errors.Is(err, lvmbackend.ErrUnknownDeviceClass):
 		return fail(kube.ReasonUnknownVolumeGroup, fmt.Errorf("volume group %q (device class %q) is not served by lvmd on this node: %w", spec.VolumeGroup, t.deviceClass, err))
 	case !errors.Is(err, lvmbackend.ErrNotFound):
@@ -138,11 +158,33 @@ func (a *Agent) create(ctx context.Context, pvc *corev1.PersistentVolumeClaim, s
 		return fail(kube.ReasonUnknownVolumeGroup, createErr)
 	case errors.Is(createErr, lvmbackend.ErrInvalidArgument):
 		return fail(kube.ReasonInvalidSpec, createErr)
+	case errors.Is(createErr, lvmbackend.ErrExists):
+		// The name is taken in the volume group by an LV this device class
+		// does not list (a thin LV, when a thick class is asked).
+		return fail(kube.ReasonNameConflict, fmt.Errorf("%w: the name is held by an LV outside device class %q; it is left untouched", createErr, t.deviceClass))
 	}
 	return retry(createErr)
 }
 
-// remove deletes a PV's LV if, and only if, it is ours to delete.
+// existing judges an LV already there for a create: found is false when lv
+// neither has the asked name nor belongs to this claim.
+func (a *Agent) existing(ctx context.Context, lv *lvmbackend.Volume, spec kube.CreateSpec, t target, tag string) (out outcome, found bool) {
+	ours := lv.HasTag(tag)
+	switch {
+	case lv.Name != t.name && !ours:
+		return outcome{}, false
+	case !ours:
+		return fail(kube.ReasonNameConflict, fmt.Errorf("LV %s exists and was not created by lvm-agent for this PVC (no tag %s); it is left untouched", t, tag)), true
+	case lv.Name != t.name:
+		return fail(kube.ReasonVolumeMismatch, fmt.Errorf("this PVC already has LV %s/%s; a claim owns at most one LV, so none is made under the name %q", t.deviceClass, lv.Name, t.name)), true
+	case lv.SizeBytes < spec.Size:
+		return fail(kube.ReasonVolumeMismatch, fmt.Errorf("LV %s of this PVC is %d bytes, smaller than the %d asked; it is not resized", t, lv.SizeBytes, spec.Size)), true
+	}
+	return a.created(ctx, lv), true
+}
+
+// remove deletes a PV's LV if, and only if, it is ours to delete: a plain
+// volume without dependents, and no live claim's.
 func (a *Agent) remove(ctx context.Context, pv *corev1.PersistentVolume, t target) outcome {
 	lv, err := a.backend.GetVolume(ctx, t.deviceClass, t.name)
 	switch {
@@ -163,6 +205,12 @@ func (a *Agent) remove(ctx context.Context, pv *corev1.PersistentVolume, t targe
 	case tagged && pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.UID != "" && uid != string(pv.Spec.ClaimRef.UID):
 		return fail(kube.ReasonNameConflict, fmt.Errorf("LV %s belongs to PVC UID %s, not to this PV's claim %s; it is left untouched", t, uid, pv.Spec.ClaimRef.UID))
 	}
+	if out, ok := a.plain(ctx, lv, t); !ok {
+		return out
+	}
+	if out, ok := a.claimGone(ctx, pv, t); !ok {
+		return out
+	}
 	dmName := a.cfg.Devices.name(ctx, lv)
 	err = a.backend.RemoveVolume(ctx, t.deviceClass, t.name)
 	if err == nil || errors.Is(err, lvmbackend.ErrNotFound) {
@@ -173,6 +221,51 @@ func (a *Agent) remove(ctx context.Context, pv *corev1.PersistentVolume, t targe
 		return final(kube.StateDeleted)
 	}
 	return retry(err)
+}
+
+// plain checks that lvremove would take lv alone: lvmd removes with -f,
+// which takes an origin's snapshots and a thin pool's thin LVs with it. When
+// the dialect reports no lv_attr, the device class is listed for LVs that
+// name lv as their origin or pool.
+func (a *Agent) plain(ctx context.Context, lv *lvmbackend.Volume, t target) (outcome, bool) {
+	plain, known := lv.Plain()
+	if known && !plain {
+		return fail(kube.ReasonNotPlainVolume, fmt.Errorf("LV %s is not a plain volume (lv_attr %s): removing it would remove more than one volume, or LVM's own sub-volumes; it is left untouched", t, lv.Attr)), false
+	}
+	if known {
+		return outcome{}, true
+	}
+	lvs, err := a.backend.ListVolumes(ctx, t.deviceClass)
+	if err != nil {
+		return retry(err), false
+	}
+	for _, o := range lvs {
+		if o.Origin == lv.Name || o.Pool == lv.Name {
+			return fail(kube.ReasonNotPlainVolume, fmt.Errorf("LV %s has dependents (%s); it is left untouched", t, o.Name)), false
+		}
+	}
+	return outcome{}, true
+}
+
+// claimGone checks, against the API server, that the claim a PV is bound to
+// no longer exists: a delete while it does would take a live claim's data
+// (a mistyped "lvm-agent volume delete", a provisioner bug). A cluster
+// deletes the claim, releases the PV, and only then asks for the delete.
+func (a *Agent) claimGone(ctx context.Context, pv *corev1.PersistentVolume, t target) (outcome, bool) {
+	ref := pv.Spec.ClaimRef
+	if ref == nil || ref.UID == "" || ref.Name == "" {
+		return outcome{}, true
+	}
+	pvc, err := a.client.CoreV1().PersistentVolumeClaims(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return outcome{}, true
+	case err != nil:
+		return retry(fmt.Errorf("check that claim %s/%s is gone: %w", ref.Namespace, ref.Name, err)), false
+	case pvc.UID != ref.UID:
+		return outcome{}, true // another claim of that name since
+	}
+	return fail(kube.ReasonClaimInUse, fmt.Errorf("PVC %s/%s (UID %s), the claim of this PV, still exists: LV %s is left untouched; delete the claim first", ref.Namespace, ref.Name, ref.UID, t)), false
 }
 
 // created is the answer for an LV of ours, once the kernel confirms its

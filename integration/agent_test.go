@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -69,16 +70,33 @@ func TestDelete(t *testing.T) {
 	require.NoError(t, n.create(t, "default", "to-delete", spec("lv-delete", "4Mi")))
 	pvc, err := cp.Client.CoreV1().PersistentVolumeClaims("default").Get(context.Background(), "to-delete", metav1.GetOptions{})
 	require.NoError(t, err)
-	harness.PV(t, cp.Client, "pv-delete", n.name, kube.DefaultDriver, pvc.UID)
+	harness.PV(t, cp.Client, "pv-delete", n.name, kube.DefaultDriver, pvc)
+	// Issue 14, item 2: while the claim exists, its LV stays.
+	require.ErrorIs(t, deleteVolume(t, "pv-delete", "vg1", "lv-delete"), kube.ErrClaimInUse)
+	assert.Len(t, n.lvs(t, "vg1"), 1)
+	// The order a cluster follows: the claim is deleted, then the delete asked.
+	harness.DeleteClaim(t, cp.Client, pvc)
 	require.NoError(t, deleteVolume(t, "pv-delete", "vg1", "lv-delete"))
 	assert.Empty(t, n.lvs(t, "vg1"))
 	// Asked again: still deleted, no error.
 	require.NoError(t, deleteVolume(t, "pv-delete", "vg1", "lv-delete"))
 }
 
+// Issue 14, item 6: a PVC being deleted (the API server's pvc-protection
+// finalizer holds it) gets no LV, and its provisioner a reason to stop.
+func TestTerminatingClaim(t *testing.T) {
+	n := startNode(t)
+	pvc := harness.PVC(t, cp.Client, "default", "terminating", n.name)
+	require.Contains(t, pvc.Finalizers, "kubernetes.io/pvc-protection")
+	require.NoError(t, cp.Client.CoreV1().PersistentVolumeClaims("default").Delete(context.Background(), "terminating", metav1.DeleteOptions{}))
+	require.ErrorIs(t, n.request(t, "default", "terminating", spec("lv-terminating", "4Mi")), kube.ErrClaimTerminating)
+	assert.Empty(t, n.lvs(t, "vg1"))
+	harness.DeleteClaim(t, cp.Client, pvc)
+}
+
 func TestDeleteAbsent(t *testing.T) {
 	n := startNode(t)
-	harness.PV(t, cp.Client, "pv-absent", n.name, kube.DefaultDriver, "")
+	harness.PV(t, cp.Client, "pv-absent", n.name, kube.DefaultDriver, nil)
 	require.NoError(t, deleteVolume(t, "pv-absent", "vg1", "never-existed"))
 }
 
@@ -126,7 +144,8 @@ func TestProtected(t *testing.T) {
 	// An LV marked protected (here, one made by hand with our tag and "protected").
 	_, err = n.lvm.Create("vg1", "lv-protected", 4096, []string{agent.OwnerTag(pvc.UID), agent.ProtectedTag})
 	require.NoError(t, err)
-	harness.PV(t, cp.Client, "pv-protected", n.name, kube.DefaultDriver, pvc.UID)
+	harness.PV(t, cp.Client, "pv-protected", n.name, kube.DefaultDriver, pvc)
+	harness.DeleteClaim(t, cp.Client, pvc)
 	require.ErrorIs(t, deleteVolume(t, "pv-protected", "vg1", "lv-protected"), kube.ErrProtected)
 	assert.Len(t, n.lvs(t, "vg1"), 2)
 }
@@ -194,20 +213,33 @@ func TestNoWriteAfterFinalState(t *testing.T) {
 	defer cancel()
 	w, err := cp.Client.CoreV1().PersistentVolumeClaims("default").Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
 	require.NoError(t, err)
+	// The watch is read from the start to the end of the quiet period, every
+	// event of it (issue 14, item 13: it was read only after its cancel).
+	var mu sync.Mutex
+	var modified []string
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			if m, ok := ev.Object.(metav1.Object); ok && ev.Type == watch.Modified {
+				mu.Lock()
+				modified = append(modified, m.GetName())
+				mu.Unlock()
+			}
+		}
+	}()
 	n.agent.Kill()
 	n.start(t)
 	// A request after the restart proves the new agent has synced and worked.
 	require.NoError(t, n.create(t, "default", "final-after", spec("lv-after", "4Mi")))
-	time.Sleep(time.Second)
-	cancel()
-	for ev := range w.ResultChan() {
-		if ev.Type != watch.Modified {
-			continue
-		}
-		if pvc, ok := ev.Object.(interface{ GetName() string }); ok {
-			assert.NotContains(t, []string{"final-ok", "final-failed"}, pvc.GetName(), "written after its final state")
-		}
-	}
+	time.Sleep(time.Second) // the quiet period: room for a wrong write
+	w.Stop()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Contains(t, modified, "final-after", "the watch saw the writes of the period")
+	assert.NotContains(t, modified, "final-ok", "written after its final state")
+	assert.NotContains(t, modified, "final-failed", "written after its final state")
 }
 
 func TestSIGTERM(t *testing.T) {

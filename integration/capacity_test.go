@@ -68,7 +68,8 @@ func TestNodeCapacityAnnotation(t *testing.T) {
 
 	pvc, err := cp.Client.CoreV1().PersistentVolumeClaims("default").Get(context.Background(), "cap-thick", metav1.GetOptions{})
 	require.NoError(t, err)
-	harness.PV(t, cp.Client, "pv-cap-thick", n.name, kube.DefaultDriver, pvc.UID)
+	harness.PV(t, cp.Client, "pv-cap-thick", n.name, kube.DefaultDriver, pvc)
+	harness.DeleteClaim(t, cp.Client, pvc)
 	require.NoError(t, deleteVolume(t, "pv-cap-thick", "vg1", "lv-cap-thick"))
 	raw := waitTopology(t, n.name, wantTopology(1<<30, 2<<30-8<<20))
 	t.Logf("Node %s: %s=%s", n.name, agent.DefaultCapacityAnnotation, raw)

@@ -60,6 +60,12 @@ func TestCLICreateDeleteExitCodes(t *testing.T) {
 	pv := harness.NewPV("pv-cli-ok", n.name, kube.DefaultDriver, pvc, "vg1/"+lvName)
 	_, err = cp.Client.CoreV1().PersistentVolumes().Create(context.Background(), pv, metav1.CreateOptions{})
 	require.NoError(t, err)
+	// While the claim exists, the delete is refused (issue 14, item 2).
+	code, _, stderr = runCLI(t, "delete", "--pv", "pv-cli-ok", "--timeout", "30s")
+	assert.Equal(t, 3, code, "failed")
+	assert.Contains(t, stderr, kube.ReasonClaimInUse)
+	assert.Len(t, n.lvs(t, "vg1"), 1)
+	harness.DeleteClaim(t, cp.Client, pvc)
 	code, out, _ = runCLI(t, "delete", "--pv", "pv-cli-ok", "--timeout", "30s")
 	require.Equal(t, 0, code)
 	assert.Contains(t, out, "deleted")
@@ -68,7 +74,7 @@ func TestCLICreateDeleteExitCodes(t *testing.T) {
 	// A protected LV is never removed: failed.
 	_, err = n.lvm.Create("vg1", "lv-cli-protected", 4096, []string{agent.ProtectedTag})
 	require.NoError(t, err)
-	harness.PV(t, cp.Client, "pv-cli-protected", n.name, kube.DefaultDriver, "")
+	harness.PV(t, cp.Client, "pv-cli-protected", n.name, kube.DefaultDriver, nil)
 	code, _, stderr = runCLI(t, "delete", "--pv", "pv-cli-protected", "--vg", "vg1", "--lv", "lv-cli-protected", "--timeout", "30s")
 	assert.Equal(t, 3, code)
 	assert.Contains(t, stderr, kube.ReasonProtected)

@@ -87,6 +87,13 @@ func TestHostileSpecs(t *testing.T) {
 		{"trailing data", js("vg1", "lv", "4096") + `{"name":"other"}`, kube.ReasonInvalidSpec, `trailing data`},
 		{"empty", ``, kube.ReasonInvalidSpec, `missing or empty`},
 		{"oversize", js("vg1", "lv", "4096") + strings.Repeat(" ", 100<<10), kube.ReasonInvalidSpec, `at most 16384 allowed`},
+		// Issue 14, items 4 and 5.
+		{"key in another case", `{"volumeGroup":"vg1","name":"lv","NAME":"evil","size":4096}`, kube.ReasonInvalidSpec, `unknown key "NAME"`},
+		{"key twice", `{"volumeGroup":"vg1","name":"lv","size":4096,"name":"evil"}`, kube.ReasonInvalidSpec, `key "name" twice`},
+		{"unknown key", `{"volumeGroup":"vg1","name":"lv","size":4096,"thinPool":"p"}`, kube.ReasonInvalidSpec, `unknown key "thinPool"`},
+		{"2000 tags", `{"volumeGroup":"vg1","name":"lv","size":4096,"tags":[` + strings.TrimSuffix(strings.Repeat(`"t",`, 2000), ",") + `]}`, kube.ReasonInvalidSpec, `2000 tags, at most 16`},
+		{"reserved _cvol", js("vg1", "data_cvol", "4096"), kube.ReasonInvalidSpec, `LVM reserves`},
+		{"reserved _imeta", js("vg1", "data_imeta", "4096"), kube.ReasonInvalidSpec, `LVM reserves`},
 		{"unknown volume group", js("nope", "lv", "4096"), kube.ReasonUnknownVolumeGroup, `"nope"`},
 		{"name of a foreign LV", js("vg1", "foreign", "4096"), kube.ReasonNameConflict, `not created by lvm-agent`},
 		{"name of a protected LV", js("vg1", "kept", "4096"), kube.ReasonNameConflict, `not created by lvm-agent`},

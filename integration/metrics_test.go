@@ -42,7 +42,8 @@ func TestMetricsAndReadiness(t *testing.T) {
 
 	pvc, err := cp.Client.CoreV1().PersistentVolumeClaims("default").Get(context.Background(), "metrics", metav1.GetOptions{})
 	require.NoError(t, err)
-	harness.PV(t, cp.Client, "pv-metrics", n.name, kube.DefaultDriver, pvc.UID)
+	harness.PV(t, cp.Client, "pv-metrics", n.name, kube.DefaultDriver, pvc)
+	harness.DeleteClaim(t, cp.Client, pvc)
 	require.NoError(t, deleteVolume(t, "pv-metrics", "vg1", "lv-metrics"))
 	waitMetric(t, addr, `lvm_agent_operation_duration_seconds_count{kind="delete",result="deleted"}`, 1)
 	waitMetric(t, addr, `lvm_agent_operations_total{kind="delete",result="deleted"}`, 1)

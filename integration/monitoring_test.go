@@ -104,7 +104,8 @@ func TestMonitoring(t *testing.T) {
 	require.NoError(t, n.create(t, "default", "mon-vol", spec("lv-mon", "4Mi")))
 	pvc, err := cp.Client.CoreV1().PersistentVolumeClaims("default").Get(ctx, "mon-vol", metav1.GetOptions{})
 	require.NoError(t, err)
-	harness.PV(t, cp.Client, "pv-mon", n.name, kube.DefaultDriver, pvc.UID)
+	harness.PV(t, cp.Client, "pv-mon", n.name, kube.DefaultDriver, pvc)
+	harness.DeleteClaim(t, cp.Client, pvc) // a live claim's LV is never removed
 	require.NoError(t, deleteVolume(t, "pv-mon", "vg1", "lv-mon"))
 	assert.Error(t, n.create(t, "default", "mon-big", spec("lv-mon-big", "100Gi")), "refused: too big")
 	labels := waitMetricNames(t, addr, `lvm_agent_operations_total`, `lvm_agent_workqueue_longest_running_processor_seconds`)

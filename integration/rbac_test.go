@@ -112,6 +112,9 @@ func TestRBAC(t *testing.T) {
 		assert.Equal(t, []string{"rbac-vol"}, lvNames())
 		_, err := admin.CoreV1().PersistentVolumes().Create(ctx, harness.NewPV("rbac-pv", nodeName, kube.DefaultDriver, pvc, ""), metav1.CreateOptions{})
 		require.NoError(t, err)
+		// The agent reads the claim (its role may get PVCs): still there, refused.
+		require.ErrorIs(t, kube.DeleteVolumeWithAnnotations(ctx, admin, "rbac-pv", "vg1", "rbac-vol", nil), kube.ErrClaimInUse)
+		harness.DeleteClaim(t, admin, pvc)
 		require.NoError(t, kube.DeleteVolumeWithAnnotations(ctx, admin, "rbac-pv", "vg1", "rbac-vol", nil))
 		assert.Empty(t, lvNames())
 	})

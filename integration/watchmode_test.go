@@ -47,7 +47,7 @@ func TestWatchModes(t *testing.T) {
 
 			// The original provisioner: no label.
 			rawRequest(t, cp.Client, ns, prefix+"-unlabelled", n.name, `{"volumeGroup":"vg1","name":"`+prefix+`-lv2","size":4194304}`, false)
-			pv := harness.PV(t, cp.Client, prefix+"-pv", n.name, kube.DefaultDriver, "")
+			pv := harness.PV(t, cp.Client, prefix+"-pv", n.name, kube.DefaultDriver, nil)
 			_, err := kube.UpdatePvWithAnnotations(ctx, cp.Client, pv.Name, "",
 				kube.Set(map[string]string{kube.AnnLifecycle: kube.StateDeleting, kube.AnnSpec: "vg1/absent"}), nil)
 			require.NoError(t, err)

@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -154,6 +155,13 @@ func (c counter) count(obj any, del bool) {
 	c.metrics.clock.seen(resource, m.GetNamespace(), m.GetName(), open)
 }
 
+// Trim is obj as the informers cache an object of this node: what the agent
+// holds of an object it reads itself.
+func Trim(obj runtime.Object) runtime.Object {
+	out, _ := trim(obj)
+	return out.(runtime.Object)
+}
+
 // trim keeps only the fields the agent uses. It is idempotent, as an
 // informer's transform must be.
 func trim(obj any) (any, error) {
@@ -173,7 +181,31 @@ func trim(obj any) (any, error) {
 
 func trimMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
-		Labels: m.Labels, Annotations: m.Annotations, DeletionTimestamp: m.DeletionTimestamp}
+		Labels: only(m.Labels, keptLabels), Annotations: only(m.Annotations, keptAnnotations), DeletionTimestamp: m.DeletionTimestamp}
+}
+
+// The annotations and labels the cache keeps of an owned object: the
+// protocol's, and the PV's provisioned-by (ownership of local PVs). Anyone
+// who may edit a PVC may add 256 KiB of annotations to it; the agent reads
+// none of them.
+var (
+	keptAnnotations = []string{AnnLifecycle, AnnSpec, AnnError, AnnReason, AnnDevice, AnnSelectedNode,
+		"pv.kubernetes.io/provisioned-by"}
+	keptLabels = []string{LabelNode}
+)
+
+// only is m restricted to keys (nil when none is there).
+func only(m map[string]string, keys []string) map[string]string {
+	var out map[string]string
+	for _, k := range keys {
+		if v, ok := m[k]; ok {
+			if out == nil {
+				out = make(map[string]string, len(keys))
+			}
+			out[k] = v
+		}
+	}
+	return out
 }
 
 func stubMeta(m metav1.ObjectMeta) metav1.ObjectMeta {

@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -38,6 +39,11 @@ func TestTransform(t *testing.T) {
 	}
 	mine := &corev1.PersistentVolumeClaim{ObjectMeta: full(metav1.ObjectMeta{Namespace: "ns", Name: "mine",
 		Annotations: map[string]string{AnnSelectedNode: "node-a", AnnLifecycle: StateCreating}})}
+	// Issue 14, item 11: what the protocol does not name is not cached,
+	// however large (an annotation may be 256 KiB).
+	bulky := mine.DeepCopy()
+	bulky.Annotations["example.com/notes"] = strings.Repeat("x", 200<<10)
+	bulky.Labels = map[string]string{"app": "db", LabelNode: "node-a"}
 	mine.Spec.VolumeName = "pv-x"
 	foreign := &corev1.PersistentVolumeClaim{ObjectMeta: full(metav1.ObjectMeta{Namespace: "ns", Name: "theirs",
 		Annotations: map[string]string{AnnSelectedNode: "node-b", AnnLifecycle: StateCreating}, Labels: map[string]string{"app": "x"}})}
@@ -53,6 +59,8 @@ func TestTransform(t *testing.T) {
 	}{
 		{"own PVC: trimmed, protocol fields kept", mine, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "mine",
 			UID: "uid-1", ResourceVersion: "7", Annotations: mine.Annotations}}},
+		{"own PVC: only the protocol's annotations and label", bulky, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "mine",
+			UID: "uid-1", ResourceVersion: "7", Annotations: mine.Annotations, Labels: map[string]string{LabelNode: "node-a"}}}},
 		{"foreign PVC: stub", foreign, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "theirs", UID: "uid-1", ResourceVersion: "7"}}},
 		{"own PV: trimmed, ownership fields kept", pvMine, func() runtime.Object {
 			pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-mine", UID: pvMine.UID, Annotations: pvMine.Annotations}}

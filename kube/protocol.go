@@ -42,6 +42,18 @@ const (
 	ReasonUnknownVolumeGroup   = "UnknownVolumeGroup"
 	ReasonNameConflict         = "NameConflict"
 	ReasonProtected            = "Protected"
+	// ReasonClaimInUse: a delete whose PV's claimRef names a PVC that still
+	// exists with that UID; the LV stays (delete the claim first).
+	ReasonClaimInUse = "ClaimInUse"
+	// ReasonVolumeMismatch: the claim already has an LV of ours that cannot
+	// answer this create: smaller than asked, or under another name.
+	ReasonVolumeMismatch = "VolumeMismatch"
+	// ReasonNotPlainVolume: a delete of an LV that is not a plain volume
+	// without dependents (a thin pool, an origin with snapshots, a snapshot,
+	// a cache or raid LV); lvremove -f would take more than the one LV.
+	ReasonNotPlainVolume = "NotPlainVolume"
+	// ReasonClaimTerminating: a create for a PVC that is being deleted.
+	ReasonClaimTerminating = "ClaimTerminating"
 )
 
 // RetainedTag is the LVM tag the provisioner puts on the LVs of StorageClasses

@@ -24,6 +24,10 @@ var (
 	ErrUnknownVolumeGroup   = errors.New(ReasonUnknownVolumeGroup)
 	ErrNameConflict         = errors.New(ReasonNameConflict)
 	ErrProtected            = errors.New(ReasonProtected)
+	ErrClaimInUse           = errors.New(ReasonClaimInUse)
+	ErrVolumeMismatch       = errors.New(ReasonVolumeMismatch)
+	ErrNotPlainVolume       = errors.New(ReasonNotPlainVolume)
+	ErrClaimTerminating     = errors.New(ReasonClaimTerminating)
 	// ErrGone: the object was deleted while waiting.
 	ErrGone = errors.New("object deleted while waiting for the agent")
 )
@@ -44,6 +48,10 @@ var reasonErrors = map[string]error{
 	ReasonUnknownVolumeGroup:   ErrUnknownVolumeGroup,
 	ReasonNameConflict:         ErrNameConflict,
 	ReasonProtected:            ErrProtected,
+	ReasonClaimInUse:           ErrClaimInUse,
+	ReasonVolumeMismatch:       ErrVolumeMismatch,
+	ReasonNotPlainVolume:       ErrNotPlainVolume,
+	ReasonClaimTerminating:     ErrClaimTerminating,
 	ReasonInvalidSpec:          ErrInvalidSpec,
 }
 

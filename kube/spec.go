@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/lvm-agent/lvm-agent/lvmbackend"
@@ -11,6 +12,17 @@ import (
 
 // MaxSpecBytes bounds the spec annotation the agent will parse.
 const MaxSpecBytes = 16 << 10
+
+// MaxTags and MaxTagBytes bound a spec's tags: each LV's tags live in the
+// VG's metadata area (about 1 MiB by default, shared by every LV of the VG),
+// and a few thousand tags fill it.
+const (
+	MaxTags     = 16
+	MaxTagBytes = 2048
+)
+
+// specKeys are the keys of the JSON spec, exactly as written.
+var specKeys = map[string]bool{"volumeGroup": true, "name": true, "size": true, "tags": true, "striping": true}
 
 // CreateSpec is the JSON spec a provisioner writes on a PVC.
 type CreateSpec struct {
@@ -35,12 +47,8 @@ func ParseCreateSpec(s string) (CreateSpec, error) {
 	if _, err := specText(s); err != nil {
 		return spec, err
 	}
-	dec := json.NewDecoder(strings.NewReader(s))
-	if err := dec.Decode(&spec); err != nil {
-		return spec, invalid("spec is not valid JSON of the expected shape: %v", err)
-	}
-	if dec.More() {
-		return spec, invalid("spec has trailing data after the JSON object")
+	if err := decodeSpec(s, &spec); err != nil {
+		return spec, err
 	}
 	if err := validateVolume(spec.VolumeGroup, spec.Name); err != nil {
 		return spec, err
@@ -53,12 +61,68 @@ func ParseCreateSpec(s string) (CreateSpec, error) {
 		return spec, invalid("size %d must be a positive number of bytes", spec.Size)
 	}
 	spec.Size = size
+	if len(spec.Tags) > MaxTags {
+		return spec, invalid("spec has %d tags, at most %d allowed", len(spec.Tags), MaxTags)
+	}
+	n := 0
 	for _, t := range spec.Tags {
 		if err := lvmbackend.ValidateTag(t); err != nil {
 			return spec, invalid("%v", err)
 		}
+		n += len(t)
+	}
+	if n > MaxTagBytes {
+		return spec, invalid("spec's tags are %d bytes, at most %d allowed", n, MaxTagBytes)
 	}
 	return spec, nil
+}
+
+// decodeSpec decodes a JSON spec object into spec with exact keys: each key
+// of specKeys at most once, as written, and no other. encoding/json alone
+// matches keys case-insensitively, lets the last duplicate win and skips
+// unknown keys, so `{"name":"a","NAME":"b"}` would name b; the keys are
+// checked on the token stream first, and the object decoded once they pass.
+func decodeSpec(s string, spec *CreateSpec) error {
+	dec := json.NewDecoder(strings.NewReader(s))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return invalid("spec is not valid JSON of the expected shape: not a JSON object")
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return invalid("spec is not valid JSON of the expected shape: %v", err)
+		}
+		key, _ := tok.(string)
+		switch {
+		case !specKeys[key]:
+			return invalid("spec has the unknown key %s (keys are exact: volumeGroup, name, size, tags, striping)", quoteKey(key))
+		case seen[key]:
+			return invalid("spec has the key %q twice", key)
+		}
+		seen[key] = true
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return invalid("spec is not valid JSON of the expected shape: %v", err)
+		}
+	}
+	if _, err := dec.Token(); err != nil {
+		return invalid("spec is not valid JSON of the expected shape: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return invalid("spec has trailing data after the JSON object")
+	}
+	if err := json.Unmarshal([]byte(s), spec); err != nil {
+		return invalid("spec is not valid JSON of the expected shape: %v", err)
+	}
+	return nil
+}
+
+func quoteKey(k string) string {
+	if len(k) > 64 {
+		return fmt.Sprintf("%q...", k[:64])
+	}
+	return fmt.Sprintf("%q", k)
 }
 
 // ParsePVSpec reads the PV spec: "<vg>/<lv>" in the original form, or the
@@ -70,8 +134,8 @@ func ParsePVSpec(s string) (vg, lv string, err error) {
 	}
 	if strings.HasPrefix(s, "{") {
 		var spec CreateSpec
-		if err := json.Unmarshal([]byte(s), &spec); err != nil {
-			return "", "", invalid("spec is not valid JSON of the expected shape: %v", err)
+		if err := decodeSpec(s, &spec); err != nil {
+			return "", "", err
 		}
 		vg, lv = spec.VolumeGroup, spec.Name
 	} else {

@@ -40,6 +40,15 @@ func TestParseCreateSpec(t *testing.T) {
 		{in: `{"volumeGroup":"vg1","name":"a","size":1,"tags":["bad tag"]}`, wantErr: "tag"},
 		{in: `{"volumeGroup":"vg1","name":"a","size":1,"tags":[""]}`, wantErr: "tag"},
 		{in: strings.Repeat(" ", MaxSpecBytes+1), wantErr: "at most"},
+		// Issue 14, item 4: exact keys, once each, no others; bounded tags.
+		{in: `{"volumeGroup":"vg1","name":"a","NAME":"evil","size":1}`, wantErr: `unknown key "NAME"`},
+		{in: `{"VolumeGroup":"vg1","name":"a","size":1}`, wantErr: `unknown key "VolumeGroup"`},
+		{in: `{"volumeGroup":"vg1","name":"a","size":1,"name":"evil"}`, wantErr: `key "name" twice`},
+		{in: `{"volumeGroup":"vg1","name":"a","size":1,"thin":true}`, wantErr: `unknown key "thin"`},
+		{in: `[]`, wantErr: "not a JSON object"},
+		{in: `{"volumeGroup":"vg1","name":"a","size":1,"tags":[` + strings.TrimSuffix(strings.Repeat(`"t",`, MaxTags+1), ",") + `]}`, wantErr: "tags, at most"},
+		{in: `{"volumeGroup":"vg1","name":"a","size":1,"tags":["` + strings.Repeat("a", 1024) + `","` + strings.Repeat("b", 1024) + `","c"]}`, wantErr: "bytes, at most"},
+		{in: `{"volumeGroup":"vg1","name":"a","size":1,"tags":[` + strings.TrimSuffix(strings.Repeat(`"t",`, 2000), ",") + `]}`, wantErr: "tags, at most"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.in[:min(len(tc.in), 40)], func(t *testing.T) {
@@ -66,6 +75,8 @@ func TestParsePVSpec(t *testing.T) {
 		{in: "vg1/-f", wantErr: "'-'"},
 		{in: "", wantErr: "missing"},
 		{in: "{bad", wantErr: "JSON"},
+		{in: `{"volumeGroup":"vg1","name":"a","NAME":"evil"}`, wantErr: "unknown key"},
+		{in: `{"volumeGroup":"vg1","name":"a","name":"evil"}`, wantErr: "twice"},
 	}
 	for _, tc := range cases {
 		vg, lv, err := ParsePVSpec(tc.in)

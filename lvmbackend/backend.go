@@ -31,6 +31,9 @@ var (
 	ErrUnavailable = errors.New("lvmd unavailable")
 	// ErrInvalidArgument: lvmd rejected the request itself (bad name, size, option class).
 	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrExists: lvcreate refused the name because an LV of that name is in
+	// the volume group (perhaps one another device class of it lists).
+	ErrExists = errors.New("logical volume exists")
 )
 
 // Volume is one logical volume as lvmd reports it.
@@ -53,6 +56,18 @@ type Volume struct {
 
 // HasTag reports whether the volume carries tag.
 func (v *Volume) HasTag(tag string) bool { return slices.Contains(v.Tags, tag) }
+
+// Plain reports whether lvm's lv_attr says the volume is a plain volume:
+// linear or striped ('-' for its type) or thin ('V'), which lvremove takes
+// alone. Anything else (a thin pool, an origin with snapshots, a snapshot, a
+// mirror, raid, cache or VDO LV) is not. known is false when the dialect did
+// not report lv_attr.
+func (v *Volume) Plain() (plain, known bool) {
+	if v.Attr == "" {
+		return false, false
+	}
+	return v.Attr[0] == '-' || v.Attr[0] == 'V', true
+}
 
 // Thin reports whether lvm says the volume is a thin volume.
 func (v *Volume) Thin() bool { return len(v.Attr) > 0 && v.Attr[0] == 'V' }

@@ -391,6 +391,15 @@ var (
 	// "failed to parse component", "incorrect attrs block size".
 	reUnparsable  = regexp.MustCompile(`strconv\.ParseUint: parsing |expected \d+ components, got \d+|failed to parse component '|incorrect attrs block size`)
 	reEmptyReport = regexp.MustCompile(`expected \d+ components, got 1$`)
+	// Refusals no retry changes, in lvm's words: a reserved name
+	// (lib/misc/lvm-string.c, apply_lvname_restrictions: "Names starting|
+	// including \"%s\" are reserved."), a name taken in the VG
+	// (lib/metadata/lv_manip.c: "Logical Volume \"%s\" already exists in
+	// volume group \"%s\""), and topolvm lvmd's unknown lvcreate option class
+	// (internal/lvmd/lvservice.go: "unsupported lvcreate-option-class target").
+	reReserved    = regexp.MustCompile(`Names (?:starting|including) "[^"]+" are reserved`)
+	reExists      = regexp.MustCompile(`Logical [Vv]olume "[^"\s]+" already exists in volume group`)
+	reOptionClass = regexp.MustCompile(`unsupported lvcreate-option-class target`)
 	// google/lvmd's commands.go reports lvm's failure as Go's exec error.
 	reExitStatus = regexp.MustCompile(`exit status \d+`)
 )
@@ -409,6 +418,19 @@ func classifyGoogle(msg string) error {
 		return ErrUnparsableListing
 	case strings.Contains(msg, "size must be greater than 0"): // commands.CreateLV
 		return ErrInvalidArgument
+	}
+	return lvmRefusal(msg)
+}
+
+// lvmRefusal is the typed error of a create that lvm (or lvmd) refuses for
+// good, from its message; nil for anything else. Both dialects report these
+// as internal errors, which would otherwise be retried for ever.
+func lvmRefusal(msg string) error {
+	switch {
+	case reReserved.MatchString(msg), reOptionClass.MatchString(msg):
+		return ErrInvalidArgument
+	case reExists.MatchString(msg):
+		return ErrExists
 	}
 	return nil
 }

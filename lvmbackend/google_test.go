@@ -65,12 +65,17 @@ func TestClassifyGoogle(t *testing.T) {
 		{"parser: attributes", "failed to list LVs: incorrect attrs block size, expected 10, got 9 in -wi-a----", ErrUnparsableListing},
 		{"size 0", "failed to create lv: size must be greater than 0", ErrInvalidArgument},
 
+		// Refusals for good (lvm2 lib/misc/lvm-string.c, lib/metadata/lv_manip.c; topolvm lvmd).
+		{"reserved name part", `  Names including "_cvol" are reserved. Please choose a different LV name.`, ErrInvalidArgument},
+		{"reserved prefix", `  Names starting "snapshot" are reserved. Please choose a different LV name.`, ErrInvalidArgument},
+		{"name exists", `  Logical Volume "pvc-a" already exists in volume group "vg1"`, ErrExists},
+		{"topolvm lvmd option class", "unsupported lvcreate-option-class target: raid9", ErrInvalidArgument},
+
 		// Near misses.
 		{"bare exit status: settled by a probe, not by text", "failed to create lv: exit status 5", nil},
 		{"damaged VG is not a missing one", `  Volume group "vg1" not found, is inconsistent or has PVs missing.`, nil},
 		{"VG not readable (lock) is not a missing one", "  Can't get lock for vg1\n  Cannot process volume group vg1", nil},
 		{"VG lock failure", "  Cannot access VG vg1 due to failed lock.", nil},
-		{"name exists", `  Logical Volume "pvc-a" already exists in volume group "vg1"`, nil},
 		{"overprovisioning warning on success", "  WARNING: Sum of all thin volume sizes (2.00 GiB) exceeds the size of thin pool vg1/pool (1.00 GiB).", nil},
 		{"insufficient memory", "  Insufficient memory to stack mknod operation", nil},
 		{"insufficient target space", "  Insufficient space for target parameters.", nil},

@@ -19,9 +19,14 @@ func RoundSize(size int64) (int64, bool) {
 	return (size + SizeUnit - 1) / SizeUnit * SizeUnit, true
 }
 
-// LVM reserves these name parts for its own sub-volumes.
-var reservedParts = []string{"_cdata", "_cmeta", "_corig", "_mimage", "_mlog", "_pmspare",
-	"_rimage", "_rmeta", "_tdata", "_tmeta", "_vorigin", "_vdata"}
+// LVM reserves these name parts for its own sub-volumes: the component
+// suffixes of lvm2's lib/misc/lvm-string.c (cache, writecache, mirror, raid,
+// thin, VDO and integrity components) and the two it adds for other LVs.
+// lvcreate refuses a name containing any of them, so the agent refuses it
+// first: lvmd would report it as an internal error, which looks transient.
+var reservedParts = []string{"_cdata", "_cmeta", "_corig", "_cpool", "_cvol", "_wcorig",
+	"_mimage", "_mlog", "_rimage", "_rmeta", "_tdata", "_tmeta", "_vdata", "_imeta", "_iorig",
+	"_pmspare", "_vorigin"}
 
 // ValidateName checks that name is a valid LVM logical volume name, by LVM's
 // own rules. Anything else (a path, an option such as "-rf", a reserved

@@ -33,3 +33,13 @@ func TestValidateMessages(t *testing.T) {
 
 	require.NoError(t, ValidateTag("a/b=c!d:e#f&g+h_i.j-k"))
 }
+
+// lvm2 reserves the component suffixes of cache, writecache and integrity
+// LVs too (lib/misc/lvm-string.c); lvcreate refuses them.
+func TestValidateNameNewerReservedParts(t *testing.T) {
+	for _, part := range []string{"_cpool", "_cvol", "_wcorig", "_imeta", "_iorig"} {
+		err := ValidateName("data" + part + "0")
+		require.Error(t, err, part)
+		require.Contains(t, err.Error(), "LVM reserves")
+	}
+}

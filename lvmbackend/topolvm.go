@@ -154,7 +154,9 @@ func topolvmError(op string, err error, notFound error) error {
 		kind = ErrInsufficientCapacity
 	case codes.InvalidArgument, codes.OutOfRange, codes.Unimplemented:
 		kind = ErrInvalidArgument
+	case codes.Internal, codes.Unknown:
+		kind = lvmRefusal(st.Message())
 	}
-	// Internal (lvm failed, name exists, VG missing) stays untyped: transient.
+	// Any other Internal (lvm failed, VG missing) stays untyped: transient.
 	return &Error{Op: op, Kind: kind, Cause: errors.New(st.Message())}
 }

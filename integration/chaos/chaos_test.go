@@ -83,13 +83,26 @@ func TestChaos(t *testing.T) {
 	}
 	lvmd, socket := harness.ServeLVMD(t, lvm)
 
-	agentProc := &agentRunner{t: t, bin: harness.AgentBinary(t, t.TempDir()), args: []string{
+	// Two agents for the one node (a rollout's old and new pod, say): the
+	// fault injector kills and restarts the first; the second runs
+	// throughout. Both delete untagged LVs of the original agent.
+	args := []string{
 		"--node-name", node, "--kubeconfig", cp.Kubeconfig, "--lvmd-socket", socket, "--metrics-address", "",
-		"--workers", "8", "--op-timeout", "20s", "--orphan-gc-interval", "1s", "--v", "1"}}
+		"--workers", "8", "--op-timeout", "20s", "--orphan-gc-interval", "1s", "--allow-untagged-delete", "--v", "1"}
+	bin := harness.AgentBinary(t, t.TempDir())
+	agentProc := &agentRunner{t: t, bin: bin, args: args}
 	agentProc.start()
+	second := &agentRunner{t: t, bin: bin, args: args}
+	second.start()
 
 	rng := rand.New(rand.NewSource(seed))
 	vols := makePlan(rng, n, waveGap, foreign, protected)
+	for _, v := range vols {
+		if v.kind == kindLegacy {
+			_, err := lvm.Create(v.class, v.lv, 4<<20, nil) // the original agent tagged nothing
+			require.NoError(t, err)
+		}
+	}
 	quiet := func(string, ...any) {}
 	if testing.Verbose() {
 		quiet = t.Logf
@@ -198,7 +211,7 @@ func report(out *os.File, seed int64, vols []*volume, ran, collect time.Duration
 	}
 	restarts := append([]time.Duration(nil), inj.restartsTaken...)
 	sort.Slice(restarts, func(i, j int) bool { return restarts[i] < restarts[j] })
-	fmt.Fprintf(out, "\n  agent processes: %d; lvm operations failed on purpose: %d; API server restarts (%d by SIGKILL) took %v\n",
+	fmt.Fprintf(out, "\n  agent processes: %d (and a second agent for the node throughout); lvm operations failed on purpose: %d; API server restarts (%d by SIGKILL) took %v\n",
 		a.starts, inj.injected.Load(), inj.crashes, restarts)
 	fmt.Fprintf(out, "  abandoned claims: %d, of which the orphan collector removed an LV for %d\n", abandoned, collected)
 	modified := 0

@@ -42,7 +42,7 @@ type world struct {
 	removes map[string][]time.Time
 }
 
-type listedObj struct{ state, rv string }
+type listedObj struct{ state, rv, errMsg string }
 
 // observe lists the LVs and, from the API server, every PVC and PV.
 func observe(ctx context.Context, c kubernetes.Interface, lvm *lvmdfake.LVM, vols []*volume, tr *tracker, before []*seededLV) (*world, error) {
@@ -61,7 +61,7 @@ func observe(ctx context.Context, c kubernetes.Interface, lvm *lvmdfake.LVM, vol
 	}
 	for _, p := range pvcs.Items {
 		w.pvcUIDs[p.UID] = true
-		w.listed[objKey{"pvc", p.Namespace, p.Name}] = listedObj{p.Annotations[kube.AnnLifecycle], p.ResourceVersion}
+		w.listed[objKey{"pvc", p.Namespace, p.Name}] = listedObj{p.Annotations[kube.AnnLifecycle], p.ResourceVersion, p.Annotations[kube.AnnError]}
 	}
 	pvs, err := c.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -71,7 +71,7 @@ func observe(ctx context.Context, c kubernetes.Interface, lvm *lvmdfake.LVM, vol
 		if p.Spec.ClaimRef != nil {
 			w.claimUIDs[p.Spec.ClaimRef.UID] = true
 		}
-		w.listed[objKey{"pv", "", p.Name}] = listedObj{p.Annotations[kube.AnnLifecycle], p.ResourceVersion}
+		w.listed[objKey{"pv", "", p.Name}] = listedObj{p.Annotations[kube.AnnLifecycle], p.ResourceVersion, p.Annotations[kube.AnnError]}
 	}
 	return w, nil
 }
@@ -121,9 +121,11 @@ func (w *world) checks(extra ...*check) []*check {
 	gone := &check{name: "deleted volume: no LV left"}
 	failedNoLV := &check{name: "failed or abandoned request: no LV of its claim"}
 	owned := &check{name: "no LV of ours without an owner (PVC or bound PV)"}
-	early := &check{name: "no LV removed before the provisioner let go of it"}
+	early := &check{name: "no LV removed unless its claim let go of it"}
 	untouched := &check{name: "foreign and protected LVs untouched"}
 	writes := &check{name: "no object written after its final state"}
+	twice := &check{name: "no claim with two LVs"}
+	open := &check{name: "no request left open without an error"}
 
 	byOwner := map[types.UID][]lvmdfake.LV{}
 	for _, lv := range w.lvs {
@@ -166,18 +168,29 @@ func (w *world) checks(extra ...*check) []*check {
 				}
 			}
 		}
+		// No LV is removed unless its claim let go of it (claim deleted,
+		// delete asked): never one a volume keeps, never one not its own.
 		early.checked++
 		for _, at := range w.removes[v.lv] {
 			switch {
 			case v.kind == kindConflict || v.kind == kindProtected:
 				early.fail("%s: the LV it names (not its own) was removed at %s", v, at.Format(time.StampMilli))
+			case v.keeps():
+				early.fail("%s: LV %s, which it keeps, removed at %s", v, v.lv, at.Format(time.StampMilli))
 			case v.released.IsZero() || at.Before(v.released):
 				early.fail("%s: LV %s removed at %s, while still in use (released at %s)", v, v.lv, at.Format(time.StampMilli), v.released.Format(time.StampMilli))
 			}
 		}
+		if v.oldLV != "" {
+			for _, at := range w.removes[v.oldLV] {
+				if at.Before(v.first) {
+					early.fail("%s: LV %s removed at %s, before its first claim was deleted (%s)", v, v.oldLV, at.Format(time.StampMilli), v.first.Format(time.StampMilli))
+				}
+			}
+		}
 		lvs := byOwner[v.uid]
-		switch v.kind {
-		case kindKeep:
+		switch {
+		case v.keeps():
 			one.checked++
 			if len(lvs) != 1 {
 				one.fail("%s: %d LVs tagged %s: %v", v, len(lvs), agent.OwnerTag(v.uid), lvNames(lvs))
@@ -186,14 +199,14 @@ func (w *world) checks(extra ...*check) []*check {
 			if lv := lvs[0]; lv.Class != v.class || lv.Name != v.lv || lv.SizeBytes != v.lvSize() {
 				one.fail("%s: LV %s/%s of %d bytes, want %s/%s of %d", v, lv.Class, lv.Name, lv.SizeBytes, v.class, v.lv, v.lvSize())
 			}
-		case kindFull:
+		case v.kind == kindFull || v.kind == kindLegacy:
 			gone.checked++
 			for _, lv := range w.lvs {
-				if lv.Name == v.lv || ownerUID(lv) == v.uid {
+				if lv.Name == v.lv || v.uid != "" && ownerUID(lv) == v.uid {
 					gone.fail("%s: LV %s/%s left (tags %v)", v, lv.Class, lv.Name, lv.Tags)
 				}
 			}
-		case kindAbandon, kindInvalid, kindConflict, kindTooBig:
+		case v.kind == kindAbandon || v.kind == kindInvalid || v.kind == kindConflict || v.kind == kindTooBig || v.kind == kindTerminating:
 			failedNoLV.checked++
 			if len(lvs) != 0 {
 				failedNoLV.fail("%s: LVs of its claim left: %v", v, lvNames(lvs))
@@ -207,6 +220,18 @@ func (w *world) checks(extra ...*check) []*check {
 	}
 	for _, o := range w.orphans() {
 		owned.fail("orphan LV %s", o)
+	}
+	for uid, lvs := range byOwner {
+		twice.checked++
+		if len(lvs) > 1 {
+			twice.fail("claim %s has %d LVs: %v", uid, len(lvs), lvNames(lvs))
+		}
+	}
+	for k, l := range w.listed {
+		open.checked++
+		if (l.state == kube.StateCreating || l.state == kube.StateDeleting) && l.errMsg == "" {
+			open.fail("%s is %s, with no error", k, l.state)
+		}
 	}
 	have := map[string]lvmdfake.LV{}
 	for _, lv := range w.lvs {
@@ -240,7 +265,7 @@ func (w *world) checks(extra ...*check) []*check {
 			writes.fail("%s written after its final state %s: %s", k, r.state, wr)
 		}
 	}
-	return append([]*check{final, listed, one, gone, failedNoLV, owned, early, untouched, writes}, extra...)
+	return append([]*check{final, listed, one, gone, failedNoLV, owned, early, untouched, writes, twice, open}, extra...)
 }
 
 func first(a, _ string) string  { return a }

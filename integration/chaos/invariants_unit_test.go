@@ -48,7 +48,7 @@ func TestInvariantsCatchViolations(t *testing.T) {
 		w := &world{vols: []*volume{keep, full}, records: tr.all(), before: []*seededLV{foreign},
 			removes: map[string][]time.Time{"lv-full": {full.released.Add(time.Second)}},
 			lvs:     []lvmdfake.LV{goodLV, foreignLV}, pvcUIDs: map[types.UID]bool{"uid-keep": true}, claimUIDs: map[types.UID]bool{"uid-full": true},
-			listed: map[objKey]listedObj{{"pvc", "ns", "keep"}: {kube.StateCreated, "2"}, {"pv", "", "pv-full"}: {kube.StateDeleted, "5"}}}
+			listed: map[objKey]listedObj{{"pvc", "ns", "keep"}: {kube.StateCreated, "2", ""}, {"pv", "", "pv-full"}: {kube.StateDeleted, "5", ""}}}
 		return w, tr
 	}
 	violated := func(w *world) []string {
@@ -73,10 +73,13 @@ func TestInvariantsCatchViolations(t *testing.T) {
 			tr.observe(pvc("ns", "keep", "uid-keep", kube.StateCreated, "", "9", map[string]string{kube.AnnError: "late"}), false)
 			w.records = tr.all()
 		}, "no object written after its final state"},
-		{"request written again", func(w *world, tr *tracker) {
+		{"request written again, never answered", func(w *world, tr *tracker) {
 			tr.observe(pvc("ns", "keep", "uid-keep", kube.StateCreating, "", "9", nil), false)
 			w.records = tr.all()
-		}, "no object written after its final state"},
+		}, "every request reached its expected final state"},
+		{"request open without an error", func(w *world, _ *tracker) {
+			w.listed[objKey{"pvc", "ns", "stuck"}] = listedObj{kube.StateCreating, "8", ""}
+		}, "no request left open without an error"},
 		{"wrong answer", func(w *world, tr *tracker) {
 			tr.observe(pvc("ns", "other", "uid-other", kube.StateFailed, kube.ReasonNameConflict, "7", nil), false)
 			w.records = tr.all()
@@ -89,11 +92,19 @@ func TestInvariantsCatchViolations(t *testing.T) {
 			w.vols = append(w.vols, &volume{kind: kindFull, ns: "ns", pvc: "x", err: errors.New("deadline")})
 		}, "every request reached its expected final state"},
 		{"written after the tracker saw it", func(w *world, _ *tracker) {
-			w.listed[objKey{"pvc", "ns", "keep"}] = listedObj{kube.StateCreated, "8"}
+			w.listed[objKey{"pvc", "ns", "keep"}] = listedObj{kube.StateCreated, "8", ""}
 		}, "final state unchanged in a fresh list (same resourceVersion)"},
 		{"second LV for a claim", func(w *world, _ *tracker) {
 			w.lvs = append(w.lvs, lvmdfake.LV{Class: "thin", Name: "lv-keep2", SizeBytes: 4 << 20, Tags: []string{agent.OwnerTag("uid-keep")}})
 		}, "created volume: exactly one LV, right size, ownership tag"},
+		{"two LVs for a claim", func(w *world, _ *tracker) {
+			w.lvs = append(w.lvs, lvmdfake.LV{Class: "thin", Name: "lv-keep2", SizeBytes: 4 << 20, Tags: []string{agent.OwnerTag("uid-keep")}})
+		}, "no claim with two LVs"},
+		{"kept LV removed after a refused delete", func(w *world, _ *tracker) {
+			s := &volume{kind: kindStealer, ns: "ns", pvc: "keep", pv: "pv-steal", class: "vg1", lv: "lv-keep", size: 1 << 20, uid: "uid-keep", released: time.Now().Add(-time.Hour)}
+			w.vols = append(w.vols, s)
+			w.removes = map[string][]time.Time{"lv-keep": {time.Now()}}
+		}, "no LV removed unless its claim let go of it"},
 		{"LV of the wrong size", func(w *world, _ *tracker) {
 			w.lvs[0].SizeBytes = 8 << 20
 		}, "created volume: exactly one LV, right size, ownership tag"},
@@ -109,10 +120,10 @@ func TestInvariantsCatchViolations(t *testing.T) {
 		}, "foreign and protected LVs untouched"},
 		{"LV in use removed", func(w *world, _ *tracker) {
 			w.removes = map[string][]time.Time{"lv-keep": {time.Now()}}
-		}, "no LV removed before the provisioner let go of it"},
+		}, "no LV removed unless its claim let go of it"},
 		{"LV removed before its deletion was asked", func(w *world, _ *tracker) {
 			w.removes = map[string][]time.Time{"lv-full": {full.released.Add(-time.Second)}}
-		}, "no LV removed before the provisioner let go of it"},
+		}, "no LV removed unless its claim let go of it"},
 		{"foreign LV retagged", func(w *world, _ *tracker) {
 			w.lvs[1].Tags = []string{"made-by-hand", agent.OwnerTag("uid-keep")}
 		}, "foreign and protected LVs untouched"},

@@ -48,15 +48,39 @@ const (
 	kindTooBig
 	// kindProtected: a PV asks to delete a protected LV: failed/Protected.
 	kindProtected
+	// kindRecreate: created, the claim deleted, and a claim of the same
+	// name made again, which asks for an LV of another name: created. The
+	// first LV is an orphan, for the collector; the second stays.
+	kindRecreate
+	// kindRetry: asks for more than the VG holds (failed), then asks again
+	// for a size that fits: created, one LV.
+	kindRetry
+	// kindRenamed: created, then asked again under another LV name:
+	// failed/VolumeMismatch, and still its one first LV.
+	kindRenamed
+	// kindResized: created, then asked again for more than its LV holds:
+	// failed/VolumeMismatch, the LV unchanged.
+	kindResized
+	// kindStealer: created, then a PV bound to the live claim asks for its
+	// LV's deletion: failed/ClaimInUse, the LV stays.
+	kindStealer
+	// kindTerminating: the claim is deleted (the API server's pvc-protection
+	// finalizer keeps it), then asks for a volume: failed/ClaimTerminating.
+	kindTerminating
+	// kindLegacy: a PV of the original agent (no ownership tag on its LV,
+	// no claim left) asks for deletion; the agents run with
+	// --allow-untagged-delete: deleted.
+	kindLegacy
 	numKinds
 )
 
-var kindNames = [numKinds]string{"full", "keep", "abandon", "invalid", "conflict", "too-big", "protected"}
+var kindNames = [numKinds]string{"full", "keep", "abandon", "invalid", "conflict", "too-big", "protected",
+	"recreate", "retry", "renamed", "resized", "stealer", "terminating", "legacy"}
 
 func (k kind) String() string { return kindNames[k] }
 
 // weights of the kinds in a plan, in percent.
-var kindWeights = [numKinds]int{52, 25, 8, 5, 4, 3, 3}
+var kindWeights = [numKinds]int{40, 18, 7, 4, 3, 3, 3, 4, 4, 3, 3, 3, 3, 2}
 
 // hostileSpecs are the specs of kindInvalid volumes.
 var hostileSpecs = []string{
@@ -69,6 +93,9 @@ var hostileSpecs = []string{
 	`{"volumeGroup":"vg1","name":"ok","size":4096,"tags":["a b"]}`,
 	`{"volumeGroup":"vg1","name":"ok","size":9223372036854775807}`,
 	`not json`,
+	`{"volumeGroup":"vg1","name":"ok","NAME":"evil","size":4096}`,
+	`{"volumeGroup":"vg1","name":"ok","size":4096,"name":"evil"}`,
+	`{"volumeGroup":"vg1","name":"data_cvol","size":4096}`,
 }
 
 // volume is one volume's plan and, once run, what happened to it.
@@ -83,12 +110,19 @@ type volume struct {
 	start     time.Duration // after the run's start
 	dwell     time.Duration // between the provisioner's steps
 	target    *seededLV     // kindConflict, kindProtected: the LV named
+	// oldLV is kindRecreate's first LV; again is the spec of the second
+	// request of kindRetry (its first asks for tooBig), kindRenamed and
+	// kindResized.
+	oldLV string
+	again kube.CreateSpec
 
 	uid types.UID
 	// released is when the provisioner let go of the LV: asked for its
 	// deletion (kindFull), or deleted the claim (kindAbandon). No LV of a
 	// volume may be removed before.
 	released time.Time
+	// first is when kindRecreate's first claim was deleted.
+	first time.Time
 	// err is the provisioner's own failure: a request it could not finish.
 	err error
 }
@@ -110,8 +144,12 @@ func (v *volume) lvSize() uint64 {
 // on the PVC and the PV ("" when it asks nothing, or cannot see the answer).
 func (v *volume) wantCreate() (state, reason string) {
 	switch v.kind {
-	case kindFull, kindKeep:
+	case kindFull, kindKeep, kindRecreate, kindRetry, kindStealer:
 		return kube.StateCreated, ""
+	case kindRenamed, kindResized:
+		return kube.StateFailed, kube.ReasonVolumeMismatch
+	case kindTerminating:
+		return kube.StateFailed, kube.ReasonClaimTerminating
 	case kindInvalid:
 		return kube.StateFailed, kube.ReasonInvalidSpec
 	case kindConflict:
@@ -124,12 +162,24 @@ func (v *volume) wantCreate() (state, reason string) {
 
 func (v *volume) wantDelete() (state, reason string) {
 	switch v.kind {
-	case kindFull:
+	case kindFull, kindLegacy:
 		return kube.StateDeleted, ""
 	case kindProtected:
 		return kube.StateFailed, kube.ReasonProtected
+	case kindStealer:
+		return kube.StateFailed, kube.ReasonClaimInUse
 	}
 	return "", ""
+}
+
+// keeps reports whether the volume ends with exactly its one LV v.lv,
+// which nothing may ever remove.
+func (v *volume) keeps() bool {
+	switch v.kind {
+	case kindKeep, kindRecreate, kindRetry, kindRenamed, kindResized, kindStealer:
+		return true
+	}
+	return false
 }
 
 // seededLV is an LV made before the run: outside the agent's ownership
@@ -178,6 +228,18 @@ func makePlan(rng *rand.Rand, n int, waveGap time.Duration, foreign, protected [
 		case kindProtected:
 			v.target = protected[rng.Intn(len(protected))]
 			v.class, v.lv = v.target.class, v.target.name
+		case kindRecreate:
+			v.oldLV = v.lv + "-old"
+		case kindRetry:
+			v.again = v.createSpec()
+		case kindRenamed:
+			v.again = v.createSpec()
+			v.again.Name = v.lv + "-renamed"
+		case kindResized:
+			v.again = v.createSpec()
+			v.again.Size = int64(v.lvSize()) + 1
+		case kindLegacy:
+			v.class, v.lv = "vg1", fmt.Sprintf("legacy-%04d", i)
 		}
 		vols = append(vols, v)
 	}

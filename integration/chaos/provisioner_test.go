@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -42,15 +43,73 @@ func (p *provisioner) run(ctx context.Context, v *volume) {
 }
 
 func (p *provisioner) lifecycle(ctx context.Context, v *volume) error {
-	if v.kind == kindProtected {
+	switch v.kind {
+	case kindProtected:
 		// A PV, bound to the claim the protected LV names, and no claim.
 		return p.remove(ctx, v, strings.TrimPrefix(v.target.tags[0], agent.OwnerTagPrefix))
+	case kindLegacy:
+		// The original agent's PV: its claim is long gone.
+		return p.remove(ctx, v, fmt.Sprintf("legacy-claim-%d", v.i))
 	}
-	pvc, err := p.makeClaim(ctx, v)
+	pvc, err := p.makeClaim(ctx, v, "")
 	if err != nil {
 		return err
 	}
 	v.uid = pvc.UID
+	switch v.kind {
+	case kindTerminating:
+		// Deleted first: the pvc-protection finalizer keeps it, terminating.
+		if err := retry(ctx, func(ctx context.Context) error {
+			err := p.c.CoreV1().PersistentVolumeClaims(v.ns).Delete(ctx, v.pvc, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &v.uid}})
+			return err
+		}); err != nil {
+			return err
+		}
+		if err := p.writeRequest(ctx, v, v.createSpecJSON()); err != nil {
+			return err
+		}
+		if _, err := p.tracker.waitFinal(ctx, objKey{"pvc", v.ns, v.pvc}, v.uid); err != nil {
+			return err
+		}
+		v.released = time.Now()
+		return p.deleteClaim(ctx, v)
+	case kindRecreate:
+		spec := v.createSpec()
+		spec.Name = v.oldLV
+		if err := p.createWith(ctx, v, spec, 1); err != nil {
+			return err
+		}
+		sleep(ctx, v.dwell)
+		v.first = time.Now()
+		if err := p.deleteClaim(ctx, v); err != nil {
+			return err
+		}
+		pvc, err := p.makeClaim(ctx, v, v.uid)
+		if err != nil {
+			return err
+		}
+		v.uid = pvc.UID
+		return p.createWith(ctx, v, v.createSpec(), 1)
+	case kindRetry:
+		tooBig := v.createSpec()
+		tooBig.Size = (thinOverprov + 1) * classSize // beyond a thin class's overprovisioning too
+		if err := p.createWith(ctx, v, tooBig, 1); err != nil {
+			return err
+		}
+		return p.createWith(ctx, v, v.again, 2)
+	case kindRenamed, kindResized:
+		if err := p.createWith(ctx, v, v.createSpec(), 1); err != nil {
+			return err
+		}
+		sleep(ctx, v.dwell)
+		return p.createWith(ctx, v, v.again, 2)
+	case kindStealer:
+		if err := p.createWith(ctx, v, v.createSpec(), 1); err != nil {
+			return err
+		}
+		sleep(ctx, v.dwell)
+		return p.remove(ctx, v, string(v.uid)) // the claim stays
+	}
 	switch v.kind {
 	case kindAbandon:
 		if err := p.writeRequest(ctx, v, v.createSpecJSON()); err != nil {
@@ -66,7 +125,7 @@ func (p *provisioner) lifecycle(ctx context.Context, v *volume) error {
 		_, err := p.tracker.waitFinal(ctx, objKey{"pvc", v.ns, v.pvc}, v.uid)
 		return err
 	}
-	if err := p.create(ctx, v); err != nil {
+	if err := p.createWith(ctx, v, v.createSpec(), 1); err != nil {
 		return err
 	}
 	if v.kind != kindFull {
@@ -83,8 +142,9 @@ func (v *volume) createSpecJSON() string {
 	return fmt.Sprintf(`{"volumeGroup":%q,"name":%q,"size":%d}`, v.class, v.lv, v.size)
 }
 
-// makeClaim creates the PVC with the scheduler's selected-node.
-func (p *provisioner) makeClaim(ctx context.Context, v *volume) (*corev1.PersistentVolumeClaim, error) {
+// makeClaim creates the PVC with the scheduler's selected-node; not the
+// claim of UID old (deleted, and perhaps not gone yet: it is waited for).
+func (p *provisioner) makeClaim(ctx context.Context, v *volume, old types.UID) (*corev1.PersistentVolumeClaim, error) {
 	var out *corev1.PersistentVolumeClaim
 	err := retry(ctx, func(ctx context.Context) error {
 		var err error
@@ -93,30 +153,39 @@ func (p *provisioner) makeClaim(ctx context.Context, v *volume) (*corev1.Persist
 			// An earlier attempt was stored but its answer lost.
 			out, err = p.c.CoreV1().PersistentVolumeClaims(v.ns).Get(ctx, v.pvc, metav1.GetOptions{})
 		}
+		if err == nil && old != "" && out.UID == old {
+			return fmt.Errorf("claim %s/%s of UID %s not gone yet", v.ns, v.pvc, old)
+		}
 		return err
 	})
 	return out, err
 }
 
-// create asks for the volume with the helper, which watches for the answer.
-// When the helper fails for a reason other than an answer (the API server
-// went away), what happened is read back: a request not yet written is
-// written again; one written is waited for.
-func (p *provisioner) create(ctx context.Context, v *volume) error {
+// createWith asks for the volume with the helper, which watches for the
+// answer: the round-th request on the claim. When the helper fails for a
+// reason other than an answer (the API server went away), what happened is
+// read back: a request not yet written is written again; one written is
+// waited for.
+func (p *provisioner) createWith(ctx context.Context, v *volume, spec kube.CreateSpec, round int) error {
+	key := objKey{"pvc", v.ns, v.pvc}
 	for {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		state, err := p.pvcState(ctx, v)
+		state, asked, err := p.pvcRequest(ctx, v)
 		if err != nil {
 			return err
 		}
-		if state != "" {
-			_, err := p.tracker.waitFinal(ctx, objKey{"pvc", v.ns, v.pvc}, v.uid)
+		// Written already: any state on the first request; on a later one
+		// "creating", or a final state of this very spec (specs of one
+		// claim's requests differ).
+		raw, _ := json.Marshal(spec)
+		if round == 1 && state != "" || round > 1 && (state == kube.StateCreating || asked == string(raw)) {
+			_, err := p.tracker.waitFinalN(ctx, key, v.uid, round)
 			return err
 		}
 		hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err = kube.CreateVolumeWithAnnotations(hctx, p.c, v.ns, v.pvc, v.createSpec(), nil)
+		err = kube.CreateVolumeWithAnnotations(hctx, p.c, v.ns, v.pvc, spec, nil)
 		cancel()
 		var failed *kube.FailedError
 		if err == nil || errors.As(err, &failed) {
@@ -191,16 +260,16 @@ func (p *provisioner) writeRequest(ctx context.Context, v *volume, spec string) 
 	})
 }
 
-func (p *provisioner) pvcState(ctx context.Context, v *volume) (string, error) {
-	var state string
-	err := retry(ctx, func(ctx context.Context) error {
+// pvcRequest reads the claim's lifecycle state and spec.
+func (p *provisioner) pvcRequest(ctx context.Context, v *volume) (state, spec string, err error) {
+	err = retry(ctx, func(ctx context.Context) error {
 		got, err := p.c.CoreV1().PersistentVolumeClaims(v.ns).Get(ctx, v.pvc, metav1.GetOptions{})
 		if err == nil {
-			state = got.Annotations[kube.AnnLifecycle]
+			state, spec = got.Annotations[kube.AnnLifecycle], got.Annotations[kube.AnnSpec]
 		}
 		return err
 	})
-	return state, err
+	return state, spec, err
 }
 
 // deleteClaim deletes the PVC and drops its protection finalizer.

@@ -45,6 +45,10 @@ type record struct {
 	errMsg  string
 	final   runtime.Object // the object when its final state was first seen
 	finalRV string
+	// finals counts the final states seen: a provisioner's request written
+	// again after one (lifecycle back to creating/deleting) starts a new
+	// round, and is not a write after the final state.
+	finals int
 	// modifiedAfterFinal counts updates seen after the final state;
 	// writesAfterFinal are those that changed anything but the deletion
 	// of the object (the provisioner deleting a claim is not a write to it).
@@ -119,6 +123,8 @@ func (t *tracker) observe(obj runtime.Object, deleted bool) {
 	r.exists, r.rv = !deleted, m.GetResourceVersion()
 	switch {
 	case deleted:
+	case r.final != nil && (state == kube.StateCreating || state == kube.StateDeleting):
+		r.final = nil // asked again: a new request
 	case r.final != nil:
 		r.modifiedAfterFinal++
 		if diff := changedBeyondDeletion(r.final, obj); diff != "" {
@@ -126,6 +132,7 @@ func (t *tracker) observe(obj runtime.Object, deleted bool) {
 		}
 	case final:
 		r.final, r.finalRV = obj.DeepCopyObject(), m.GetResourceVersion()
+		r.finals++
 	}
 	if !deleted {
 		ann := m.GetAnnotations()
@@ -198,11 +205,16 @@ func (t *tracker) get(key objKey) (record, bool) {
 // waitFinal waits until key has reached a final state (its uid when uid is
 // not empty), or ctx ends.
 func (t *tracker) waitFinal(ctx context.Context, key objKey, uid types.UID) (record, error) {
+	return t.waitFinalN(ctx, key, uid, 1)
+}
+
+// waitFinalN waits for the final state of the n-th request on key.
+func (t *tracker) waitFinalN(ctx context.Context, key objKey, uid types.UID, n int) (record, error) {
 	for {
 		t.mu.Lock()
 		r, ok := t.objs[key]
 		ch := t.notify
-		if ok && r.final != nil && (uid == "" || r.uid == uid) {
+		if ok && r.final != nil && r.finals >= n && (uid == "" || r.uid == uid) {
 			out := *r
 			t.mu.Unlock()
 			return out, nil

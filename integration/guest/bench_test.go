@@ -108,7 +108,7 @@ func TestBench(t *testing.T) {
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("bench-e2e-%02d", i)
 		pvc := harness.PVC(t, env.cp.Client, ns, name, s.node)
-		pv := harness.PV(t, env.cp.Client, name, s.node, kube.DefaultDriver, pvc.UID)
+		pv := harness.PV(t, env.cp.Client, name, s.node, kube.DefaultDriver, pvc)
 		sm := startSampler()
 		var t0 time.Time
 		written := func(state, _ string) {
@@ -121,6 +121,7 @@ func TestBench(t *testing.T) {
 		cancel()
 		require.NoError(t, err)
 		e2eCreate = append(e2eCreate, time.Since(t0))
+		harness.DeleteClaim(t, env.cp.Client, pvc) // released first, as in a cluster; not timed
 		cctx, cancel = context.WithTimeout(ctx, requestTimeout)
 		err = kube.DeleteVolumeWithAnnotations(cctx, env.cp.Client, pv.Name, vg.spec, name, written)
 		cancel()

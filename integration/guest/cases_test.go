@@ -25,6 +25,7 @@ import (
 	"github.com/lvm-agent/lvm-agent/agent"
 	"github.com/lvm-agent/lvm-agent/integration/harness"
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/lvmbackend"
 )
 
 // A case runs against any stack that has what it needs.
@@ -52,6 +53,7 @@ var cases = []testCase{
 	{"unknown-vg", needNothing, caseUnknownVG},
 	{"name-conflict", needNothing, caseNameConflict},
 	{"protected", needNothing, caseProtected},
+	{"lvm-refuses", needNothing, caseLVMRefuses},
 	{"agent-killed-during-lvcreate", needNothing, caseAgentKilled},
 	{"lvmd-restart-during-burst", needLVMDCtl, caseLVMDRestartBurst},
 }
@@ -106,7 +108,8 @@ func caseCreateDelete(thin bool) func(*testing.T, *stack) {
 				requireAnswered(t, pvc, kube.StateCreated)
 				requireLV(t, vg, name, pvc, size, tags...)
 
-				pv := s.pv(t, name, pvc.UID)
+				pv := s.pv(t, name, pvc)
+				harness.DeleteClaim(t, env.cp.Client, pvc) // released: the claim is gone before the delete
 				require.NoError(t, s.delete(pv, vg, name))
 				requireAnswered(t, pv, kube.StateDeleted)
 				requireNoLV(t, vg.vg, name)
@@ -131,7 +134,8 @@ func caseReRequest(t *testing.T, s *stack) {
 	assert.Equal(t, first.UUID, again.UUID, "the LV was made again")
 	assert.Equal(t, keys(before), keys(lvsOf(t, vg.vg)), "LVs changed")
 
-	pv := s.pv(t, name, pvc.UID)
+	pv := s.pv(t, name, pvc)
+	harness.DeleteClaim(t, env.cp.Client, pvc) // released: the claim is gone before the delete
 	require.NoError(t, s.delete(pv, vg, name))
 	requireNoLV(t, vg.vg, name)
 	require.NoError(t, s.delete(pv, vg, name), "delete written again")
@@ -186,7 +190,8 @@ func caseNameConflict(t *testing.T, s *stack) {
 	requireFailed(t, err, kube.ErrNameConflict, pvc)
 	assert.Equal(t, foreign, lvsOf(t, vg.vg)[name], "the foreign LV changed")
 
-	pv := s.pv(t, name, pvc.UID)
+	pv := s.pv(t, name, pvc)
+	harness.DeleteClaim(t, env.cp.Client, pvc) // released: the claim is gone before the delete
 	err = s.delete(pv, vg, name)
 	requireFailed(t, err, kube.ErrNameConflict, pv)
 	assert.Equal(t, foreign, lvsOf(t, vg.vg)[name], "the foreign LV changed")
@@ -195,10 +200,65 @@ func caseNameConflict(t *testing.T, s *stack) {
 	_, err = lvm("lvchange", "--addtag", agent.OwnerTag(types.UID("0000-another-claim")), vg.vg+"/"+name)
 	require.NoError(t, err)
 	other := lvsOf(t, vg.vg)[name]
-	pv2 := s.pv(t, name+"-2", pvc.UID)
+	pv2 := s.pv(t, name+"-2", pvc)
 	err = s.delete(pv2, vg, name)
 	requireFailed(t, err, kube.ErrNameConflict, pv2)
 	assert.Equal(t, other, lvsOf(t, vg.vg)[name], "the other claim's LV changed")
+}
+
+// Issue 14, item 5: what lvm refuses for good ends "failed", never stays
+// "creating": a name part lvm2 reserves (the agent's validator knows lvm2's
+// list; the backend also reads real lvm's refusal of one, through lvmd, as
+// a permanent error), an lvcreate option class lvmd does not have, and a
+// thick name held by a thin LV of the same VG.
+func caseLVMRefuses(t *testing.T, s *stack) {
+	vg := s.thick
+	t.Run("reserved-name", func(t *testing.T) {
+		name := s.lvName("x_cvol")
+		pvc := s.pvc(t, "reserved-cvol")
+		err := s.create(pvc, vg, name, 4<<20)
+		requireFailed(t, err, kube.ErrInvalidSpec, pvc)
+		requireNoLV(t, vg.vg, name)
+	})
+	if s.thin == nil {
+		return // the rest asks topolvm's lvmd directly
+	}
+	b, err := lvmbackend.NewTopolvm(env.socket)
+	require.NoError(t, err)
+	defer func() { _ = b.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	defer cancel()
+	t.Run("lvm-says-reserved", func(t *testing.T) {
+		for _, part := range []string{"_cvol", "_wcorig", "_imeta"} {
+			name := s.lvName("y" + part)
+			_, err := b.CreateVolume(ctx, lvmbackend.CreateRequest{DeviceClass: "thick", Name: name, SizeBytes: 4 << 20})
+			require.ErrorIs(t, err, lvmbackend.ErrInvalidArgument, "real lvm's refusal of %s", part)
+			t.Logf("lvmd: %v", err)
+			requireNoLV(t, vg.vg, name)
+		}
+	})
+	t.Run("unknown-option-class", func(t *testing.T) {
+		name := s.lvName("optclass")
+		_, err := b.CreateVolume(ctx, lvmbackend.CreateRequest{DeviceClass: "thick", Name: name, SizeBytes: 4 << 20, OptionClass: "it-no-such-class"})
+		require.ErrorIs(t, err, lvmbackend.ErrInvalidArgument)
+		t.Logf("lvmd: %v", err)
+		requireNoLV(t, vg.vg, name)
+	})
+	t.Run("thick-name-held-by-thin", func(t *testing.T) {
+		name := s.lvName("thin-held")
+		removeLeftover(t, vg.vg, name)
+		thin := s.pvc(t, "thin-held")
+		require.NoError(t, s.create(thin, *s.thin, name, 4<<20))
+		held := lvsOf(t, vg.vg)[name]
+		pvc := s.pvc(t, "thick-wants")
+		err := s.create(pvc, vg, name, 4<<20)
+		requireFailed(t, err, kube.ErrNameConflict, pvc)
+		assert.Equal(t, held, lvsOf(t, vg.vg)[name], "the thin LV changed")
+		pv := s.pv(t, "thin-held", thin)
+		harness.DeleteClaim(t, env.cp.Client, thin)
+		require.NoError(t, s.delete(pv, *s.thin, name))
+		requireNoLV(t, vg.vg, name)
+	})
 }
 
 // An LV tagged "protected" survives a delete; without the tag, a new delete
@@ -212,7 +272,8 @@ func caseProtected(t *testing.T, s *stack) {
 	require.NoError(t, err)
 	before := lvsOf(t, vg.vg)[name]
 
-	pv := s.pv(t, name, pvc.UID)
+	pv := s.pv(t, name, pvc)
+	harness.DeleteClaim(t, env.cp.Client, pvc) // released: the claim is gone before the delete
 	err = s.delete(pv, vg, name)
 	requireFailed(t, err, kube.ErrProtected, pv)
 	assert.Equal(t, before, lvsOf(t, vg.vg)[name], "the protected LV changed")
@@ -260,7 +321,8 @@ func caseAgentKilled(t *testing.T, s *stack) {
 	requireLV(t, vg, name, pvc, 12<<20)
 	assert.Equal(t, sortedAppend(before, name), keys(lvsOf(t, vg.vg)), "exactly one new LV, no orphan")
 
-	pv := s.pv(t, name, pvc.UID)
+	pv := s.pv(t, name, pvc)
+	harness.DeleteClaim(t, env.cp.Client, pvc) // released: the claim is gone before the delete
 	require.NoError(t, s.delete(pv, vg, name))
 	requireNoLV(t, vg.vg, name)
 }
@@ -349,7 +411,8 @@ func caseVolumeStatus(t *testing.T, s *stack) {
 		require.NoError(t, s.create(pvc, vg, name, 8<<20))
 		rows["pvc/"+pvc.Namespace+"/"+pvc.Name] = vg
 		t.Cleanup(func() {
-			pv := s.pv(t, name, pvc.UID)
+			pv := s.pv(t, name, pvc)
+			harness.DeleteClaim(t, env.cp.Client, pvc) // released: the claim is gone before the delete
 			assert.NoError(t, s.delete(pv, vg, name))
 		})
 		if vg.pool != "" {

@@ -22,7 +22,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/lvm-agent/lvm-agent/agent"
 	"github.com/lvm-agent/lvm-agent/integration/harness"
@@ -160,7 +159,7 @@ func (s *stack) pvc(t *testing.T, name string) *corev1.PersistentVolumeClaim {
 }
 
 // pv creates the PV a CSI provisioner would make for claim, on this node.
-func (s *stack) pv(t *testing.T, name string, claim types.UID) *corev1.PersistentVolume {
+func (s *stack) pv(t *testing.T, name string, claim *corev1.PersistentVolumeClaim) *corev1.PersistentVolume {
 	t.Helper()
 	return harness.PV(t, env.cp.Client, s.ns()+"-"+name, s.node, kube.DefaultDriver, claim)
 }

@@ -2,9 +2,11 @@ package harness
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -26,18 +28,56 @@ func PVC(t TB, c kubernetes.Interface, ns, name, node string) *corev1.Persistent
 	return out
 }
 
-// PV creates a CSI PV of driver pinned to node by node affinity, bound to claimUID when not empty.
-func PV(t TB, c kubernetes.Interface, name, node, driver string, claimUID types.UID) *corev1.PersistentVolume {
+// PV creates a CSI PV of driver pinned to node by node affinity, bound to
+// claim when not nil.
+func PV(t TB, c kubernetes.Interface, name, node, driver string, claim *corev1.PersistentVolumeClaim) *corev1.PersistentVolume {
 	t.Helper()
 	pv := NewPV(name, node, driver, nil, "")
-	if claimUID != "" {
-		pv.Spec.ClaimRef = &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: "default", Name: "claim", UID: claimUID}
+	if claim != nil {
+		pv.Spec.ClaimRef = &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID}
 	}
 	out, err := c.CoreV1().PersistentVolumes().Create(context.Background(), pv, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create PV %s: %v", name, err)
 	}
 	return out
+}
+
+// DeleteClaim deletes a PVC and waits until the API server no longer has it
+// (see RemoveClaim), or fails the test.
+func DeleteClaim(t TB, c kubernetes.Interface, pvc *corev1.PersistentVolumeClaim) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := RemoveClaim(ctx, c, pvc.Namespace, pvc.Name, pvc.UID); err != nil {
+		t.Fatalf("%v", err)
+	}
+}
+
+// RemoveClaim deletes the PVC of that UID and waits until the API server no
+// longer has it: what a cluster does before a PV is released and its delete
+// asked (the agent refuses the delete of a PV whose claim still exists). The
+// API server adds the pvc-protection finalizer to every PVC; with no
+// controller to drop it once no pod uses the claim, RemoveClaim drops it.
+func RemoveClaim(ctx context.Context, c kubernetes.Interface, ns, name string, uid types.UID) error {
+	pvcs := c.CoreV1().PersistentVolumeClaims(ns)
+	if err := pvcs.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("delete PVC %s/%s: %w", ns, name, err)
+	}
+	err := wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		got, err := pvcs.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || err == nil && got.UID != uid {
+			return true, nil
+		}
+		if err == nil && len(got.Finalizers) > 0 {
+			_, _ = pvcs.Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("PVC %s/%s still exists: %w", ns, name, err)
+	}
+	return nil
 }
 
 // WaitFor polls get until cond holds or timeout passes, and returns the

@@ -240,7 +240,7 @@ func parseReport[T any](out string, parse func(string) (*T, error)) ([]*T, error
 // lvsLine renders an LV as lvs --nameprefixes --units=b --nosuffix does for
 // the daemon's columns.
 func lvsLine(vg string, lv LV) string {
-	return lvsReportLine(lv.Name, vg, lv.SizeBytes, lv.attr(), fmt.Sprint(lv.Major), fmt.Sprint(lv.Minor), lv.Tags)
+	return lvsReportLine(lv.Name, vg, lv.SizeBytes, lv.Attr, fmt.Sprint(lv.Major), fmt.Sprint(lv.Minor), lv.Tags)
 }
 
 func lvsReportLine(name, vg string, size uint64, attr, major, minor string, tags []string) string {

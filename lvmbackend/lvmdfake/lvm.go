@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 )
@@ -38,6 +39,13 @@ type LV struct {
 	Major     uint32
 	Minor     uint32
 	Thin      bool
+	// Origin is the LV this one is a (thick) snapshot of; a pool is a thin
+	// pool; Pool is the thin pool of a thin LV added with Add.
+	Origin string
+	IsPool bool
+	Pool   string
+	// Attr is lv_attr as lvs prints it, filled in by List.
+	Attr string
 }
 
 // Errors of the model; each dialect's server turns them into its daemon's
@@ -56,6 +64,11 @@ type class struct {
 	lvs map[string]*LV
 }
 
+// errReserved is lvm's refusal of a reserved name part (one is modelled: the
+// agent's validator knows lvm2's whole list; the model shows what lvmd says
+// for a name that gets past it).
+var errReserved = errors.New(`Names including "_cvol" are reserved. Please choose a different LV name.`)
+
 // LVM is the in-memory state shared by the dialect servers.
 type LVM struct {
 	mu       sync.Mutex
@@ -64,11 +77,15 @@ type LVM struct {
 	minor    uint32
 	hook     func(op, class, name string) error
 	watchers map[chan struct{}]struct{}
+	options  map[string]bool // lvcreate option classes
+	// names are the LV names in use per volume group: unique in a VG,
+	// whichever of its device classes holds the LV.
+	names map[string]map[string]bool
 }
 
 // NewLVM makes a model with the given device classes.
 func NewLVM(classes ...Class) *LVM {
-	m := &LVM{classes: map[string]*class{}, watchers: map[chan struct{}]struct{}{}}
+	m := &LVM{classes: map[string]*class{}, watchers: map[chan struct{}]struct{}{}, names: map[string]map[string]bool{}}
 	for _, c := range classes {
 		if c.VG == "" {
 			c.VG = c.Name
@@ -77,6 +94,19 @@ func NewLVM(classes ...Class) *LVM {
 	}
 	return m
 }
+
+// SetOptionClasses sets the lvcreate option classes the daemon knows; by
+// default it knows none and refuses any.
+func (m *LVM) SetOptionClasses(names ...string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.options = map[string]bool{}
+	for _, n := range names {
+		m.options[n] = true
+	}
+}
+
+func (m *LVM) optionClass(name string) bool { m.mu.Lock(); defer m.mu.Unlock(); return m.options[name] }
 
 // SetLatency makes every mutating operation take d, serialized per class.
 func (m *LVM) SetLatency(d time.Duration) { m.mu.Lock(); m.latency = d; m.mu.Unlock() }
@@ -116,11 +146,14 @@ func (m *LVM) Create(className, name string, size uint64, tags []string) (LV, er
 	if size == 0 || size%4096 != 0 {
 		return LV{}, fmt.Errorf("%w: %d is not a positive multiple of 4096", errBadSize, size)
 	}
-	if _, ok := c.lvs[name]; ok {
-		return LV{}, fmt.Errorf("Logical Volume %q %w in volume group %q", name, errExists, c.VG)
+	if strings.Contains(name, "_cvol") {
+		return LV{}, errReserved
 	}
 	if free := c.free(); free < size {
 		return LV{}, fmt.Errorf("%w: free=%d, requested=%d", errNoSpace, free, size)
+	}
+	if !m.claim(c.VG, name) {
+		return LV{}, fmt.Errorf("Logical Volume %q %w in volume group %q", name, errExists, c.VG)
 	}
 	m.mu.Lock()
 	m.minor++
@@ -133,7 +166,46 @@ func (m *LVM) Create(className, name string, size uint64, tags []string) (LV, er
 	return *lv, nil
 }
 
-// Remove deletes an LV.
+// claim takes name in volume group vg, if no LV there has it.
+func (m *LVM) claim(vg, name string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.names[vg][name] {
+		return false
+	}
+	if m.names[vg] == nil {
+		m.names[vg] = map[string]bool{}
+	}
+	m.names[vg][name] = true
+	return true
+}
+
+func (m *LVM) unclaim(vg, name string) { m.mu.Lock(); delete(m.names[vg], name); m.mu.Unlock() }
+
+// Add puts lv into its class as it is, without lvmd: for LVs lvmd does not
+// make (snapshots, thin pools, thin LVs of a pool named by Pool).
+func (m *LVM) Add(lv LV) error {
+	m.mu.Lock()
+	c, ok := m.classes[lv.Class]
+	m.minor++
+	lv.Major, lv.Minor = 253, m.minor
+	m.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("%w: %s", errNoClass, lv.Class)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !m.claim(c.VG, lv.Name) {
+		return fmt.Errorf("Logical Volume %q %w", lv.Name, errExists)
+	}
+	lv.Tags = append([]string(nil), lv.Tags...)
+	c.lvs[lv.Name] = &lv
+	m.notify()
+	return nil
+}
+
+// Remove deletes an LV as lvmd's "lvremove -f" does: with its dependents (an
+// origin's snapshots, a thin pool's thin LVs).
 func (m *LVM) Remove(className, name string) error {
 	c, latency, err := m.begin("remove", className, name)
 	if err != nil {
@@ -146,6 +218,13 @@ func (m *LVM) Remove(className, name string) error {
 		return fmt.Errorf("%w: %s/%s", errNotFound, c.VG, name)
 	}
 	delete(c.lvs, name)
+	m.unclaim(c.VG, name)
+	for n, lv := range c.lvs {
+		if lv.Origin == name || lv.Pool == name {
+			delete(c.lvs, n)
+			m.unclaim(c.VG, n)
+		}
+	}
 	m.notify()
 	return nil
 }
@@ -160,7 +239,9 @@ func (m *LVM) List(className string) ([]LV, error) {
 	defer c.mu.Unlock()
 	out := make([]LV, 0, len(c.lvs))
 	for _, lv := range c.lvs {
-		out = append(out, *lv)
+		l := *lv
+		l.Attr = c.attr(lv)
+		out = append(out, l)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
@@ -225,10 +306,21 @@ func (m *LVM) notify() {
 	}
 }
 
-// attr is the LV's lv_attr as lvs prints it for an active linear or thin LV.
-func (lv LV) attr() string {
-	if lv.Thin {
+// attr is the LV's lv_attr as lvs prints it for an active LV: a thin pool,
+// a thin LV, a snapshot, an origin with snapshots, or a linear LV.
+func (c *class) attr(lv *LV) string {
+	switch {
+	case lv.IsPool:
+		return "twi-a-tz--"
+	case lv.Thin || lv.Pool != "":
 		return "Vwi-a-tz--"
+	case lv.Origin != "":
+		return "swi-a-s---"
+	}
+	for _, o := range c.lvs {
+		if o.Origin == lv.Name {
+			return "owi-a-s---"
+		}
 	}
 	return "-wi-a-----"
 }

@@ -69,6 +69,9 @@ func (s lvService) CreateLV(_ context.Context, req *proto.CreateLVRequest) (*pro
 	if req.GetSizeBytes() < 0 {
 		return nil, status.Error(codes.Internal, "invalid size")
 	}
+	if oc := req.GetLvcreateOptionClass(); oc != "" && !s.m.optionClass(oc) {
+		return nil, status.Error(codes.Internal, "unsupported lvcreate-option-class target: "+oc)
+	}
 	// Like lvmd, finish the lvm command even when the client goes away.
 	lv, err := s.m.Create(req.GetDeviceClass(), req.GetName(), uint64(req.GetSizeBytes()), req.GetTags())
 	if err != nil {
@@ -93,7 +96,7 @@ func (s vgService) GetLVList(_ context.Context, req *proto.GetLVListRequest) (*p
 	resp := &proto.GetLVListResponse{}
 	for _, lv := range lvs {
 		resp.Volumes = append(resp.Volumes, &proto.LogicalVolume{Name: lv.Name, SizeBytes: int64(lv.SizeBytes),
-			Tags: lv.Tags, DevMajor: lv.Major, DevMinor: lv.Minor, Attr: lv.attr(), Path: "/dev/" + lv.Class + "/" + lv.Name})
+			Tags: lv.Tags, DevMajor: lv.Major, DevMinor: lv.Minor, Attr: lv.Attr, Path: "/dev/" + lv.Class + "/" + lv.Name})
 	}
 	return resp, nil
 }

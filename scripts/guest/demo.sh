@@ -10,7 +10,7 @@
 #   topolvm's lvmd                                  (start-lvmd.sh)
 #   lvm-agent --node-name demo-node
 #   a PVC scheduled to demo-node -> lvm-agent volume create -> lvs
-#   a PV bound to it             -> lvm-agent volume delete -> lvs
+#   a PV bound to it, the claim deleted (PV Released) -> lvm-agent volume delete -> lvs
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -93,6 +93,9 @@ show lvm-agent volume status --node "$NODE" --device-class-map vg0=thick -o wide
 
 step "Creating PV demo-pv bound to the claim, with node affinity to $NODE (what the CSI provisioner does)"
 show lvm-devcluster pv --name demo-pv --claim default/demo --node "$NODE" --spec "vg0/$lv"
+
+step "Deleting the claim; the PV is Released (what Kubernetes does before it asks for the delete)"
+show lvm-devcluster release --pv demo-pv
 
 step "Removing the volume behind the PV"
 show lvm-agent volume delete --pv demo-pv --timeout 5m

@@ -47,6 +47,8 @@ func main() {
 		err = pvc(os.Args[2:])
 	case "pv":
 		err = pv(os.Args[2:])
+	case "release":
+		err = release(os.Args[2:])
 	default:
 		usage()
 	}
@@ -57,7 +59,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: lvm-devcluster up|pvc|pv [flags] (-h for each)")
+	fmt.Fprintln(os.Stderr, "usage: lvm-devcluster up|pvc|pv|release [flags] (-h for each)")
 	os.Exit(2)
 }
 
@@ -146,5 +148,44 @@ func pv(args []string) error {
 		return err
 	}
 	fmt.Printf("persistentvolume/%s created: bound to %s (uid %s), node affinity %s, %s=%s\n", out.Name, *claim, pvc.UID, *node, kube.AnnSpec, *spec)
+	return nil
+}
+
+// release does what a cluster does before it asks for a PV's volume to be
+// deleted: the PV's claim is deleted (its pvc-protection finalizer dropped,
+// as the controller would with no pod using it), then the PV is marked
+// Released (the PV controller's job; a lone API server has none). The agent
+// refuses the delete of a PV whose claim still exists.
+func release(args []string) error {
+	fs := flag.NewFlagSet("release", flag.ExitOnError)
+	kc := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig")
+	name := fs.String("pv", "", "PV name (required)")
+	timeout := fs.Duration("timeout", time.Minute, "how long the claim may take to go")
+	_ = fs.Parse(args)
+	if *name == "" {
+		return fmt.Errorf("release: --pv is required")
+	}
+	c, err := client(*kc)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	pv, err := c.CoreV1().PersistentVolumes().Get(ctx, *name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	ref := pv.Spec.ClaimRef
+	if ref == nil {
+		return fmt.Errorf("release: PV %s has no claimRef", *name)
+	}
+	if err := harness.RemoveClaim(ctx, c, ref.Namespace, ref.Name, ref.UID); err != nil {
+		return fmt.Errorf("release: %w", err)
+	}
+	pv.Status.Phase = corev1.VolumeReleased
+	if _, err := c.CoreV1().PersistentVolumes().UpdateStatus(ctx, pv, metav1.UpdateOptions{}); err != nil {
+		return err
+	}
+	fmt.Printf("persistentvolumeclaim/%s deleted from %s; persistentvolume/%s is Released\n", ref.Name, ref.Namespace, pv.Name)
 	return nil
 }
