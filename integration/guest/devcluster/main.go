@@ -8,6 +8,7 @@
 //	lvm-devcluster up  --assets DIR --dir DIR [--timeout 480s]
 //	lvm-devcluster pvc --kubeconfig F --namespace NS --name NAME --node NODE
 //	lvm-devcluster pv  --kubeconfig F --name NAME --claim NS/NAME --node NODE --spec VG/LV
+//	lvm-devcluster pki --dir DIR --node-ip IP --node NODE   (scripts/guest/cluster.sh)
 //
 // "up" writes DIR/kubeconfig once the API server is ready, then runs until
 // SIGTERM or SIGINT and stops etcd and kube-apiserver.
@@ -47,6 +48,8 @@ func main() {
 		err = pvc(os.Args[2:])
 	case "pv":
 		err = pv(os.Args[2:])
+	case "pki":
+		err = pki(os.Args[2:])
 	default:
 		usage()
 	}
@@ -57,7 +60,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: lvm-devcluster up|pvc|pv [flags] (-h for each)")
+	fmt.Fprintln(os.Stderr, "usage: lvm-devcluster up|pvc|pv|pki [flags] (-h for each)")
 	os.Exit(2)
 }
 
