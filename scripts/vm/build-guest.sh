@@ -251,10 +251,12 @@ chmod +x "$r/init"
 (cd "$r" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc -R 0:0 --quiet) >"$work/out/initramfs.cpio"
 printf 'kernel %s\n%s\n' "$kver" "$files" >"$work/out/manifest"
 rm -rf "$OUT" && mv "$work/out" "$OUT"
-# Older builds are ~60 MB each and nothing uses them any more.
+# Older builds are ~60-90 MB each. Another checkout on this machine may still
+# boot its own (a different script, a different key), so only builds left
+# untouched for a day go.
 find "$CACHE/guest" -mindepth 1 -maxdepth 1 -regextype egrep \
   -regex '.*/([0-9a-f]{16}|resolved-[0-9a-f]{16})' ! -name "$key" ! -name "${resolved##*/}" \
-  -exec rm -rf {} +
+  -mtime +0 -exec rm -rf {} +
 log "vmlinux:        $OUT/vmlinux"
 log "initramfs.cpio: $OUT/initramfs.cpio ($(du -h "$OUT/initramfs.cpio" | cut -f1))"
 echo "$OUT"
