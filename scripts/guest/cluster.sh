@@ -63,6 +63,8 @@ network() {
   echo 1 >/proc/sys/net/ipv4/ip_forward
   echo 1 >/proc/sys/net/bridge/bridge-nf-call-iptables
   : >>/etc/resolv.conf # kubelet gives pods the node's (empty) resolver configuration
+  # kubelet reports the node's machine ID (cAdvisor reads it).
+  [ -s /etc/machine-id ] || tr -d - </proc/sys/kernel/random/uuid >/etc/machine-id
   mkdir -p /etc/cni/net.d
   cat >/etc/cni/net.d/10-bridge.conflist <<EOF
 {"cniVersion": "1.0.0", "name": "guest", "plugins": [

@@ -27,7 +27,7 @@ MODULES=(crc32c_generic virtio_pci 9pnet_virtio 9p loop dm_mod dm_bufio
   libcrc32c dm_persistent_data dm_bio_prison dm_thin_pool dm_snapshot dm_zero ext4
   overlay bridge veth br_netfilter dummy nf_conntrack nf_nat nf_tables nft_ct
   nft_nat nft_chain_nat nft_masq nft_numgen nft_fib_inet nft_fib_ipv4
-  nft_fib_ipv6 nft_reject_inet)
+  nft_fib_ipv6 nft_reject_inet nft_reject_ipv4 nft_reject_ipv6)
 LIBDIR=usr/lib/x86_64-linux-gnu
 
 log() { echo "build-guest: $*" >&2; }

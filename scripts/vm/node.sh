@@ -25,6 +25,6 @@ rm -rf "$share" && mkdir -p "$share"
 rc=0
 "$here/run.sh" --mem "${LVM_AGENT_NODE_MEM:-4G}" --cpus 2 --timeout "$timeout" --files "$files" --share "$share" -- \
   bash /opt/lvm-agent/guest/node.sh --bin /opt/lvm-agent "$@" || rc=$?
-echo "node: the cluster's logs of a failed run: $share/cluster-logs"
+[ $rc -eq 0 ] || echo "node: the cluster's logs: $share/cluster-logs"
 echo "node: $([ $rc -eq 0 ] && echo OK || echo "FAILED (exit $rc)") in $((SECONDS - t0)) s"
 exit $rc
