@@ -25,7 +25,7 @@ test-unit:
 	go test -count=1 $$(go list ./... | grep -v /integration)
 
 test-integration:
-	KUBEBUILDER_ASSETS=$$(scripts/kube-assets.sh) go test -count=1 -v ./integration/...
+	KUBEBUILDER_ASSETS=$$(scripts/kube-assets.sh kube-scheduler kube-controller-manager) go test -count=1 -v ./integration/...
 
 test-guest:
 	scripts/vm/suite.sh

@@ -156,6 +156,9 @@ func (a *Agent) observe(old, obj any) {
 	if k.Kind == "" {
 		return
 	}
+	if a.cfg.Node.Misdirected(obj) && (old == nil || requestChanged(old, obj)) {
+		a.misdirected(k, obj.(runtime.Object))
+	}
 	if !open {
 		a.DSW.Remove(k)
 		a.ASW.Remove(k)
@@ -303,9 +306,13 @@ func (a *Agent) answer(k Key, obj runtime.Object, out outcome, start time.Time) 
 		return syncRetry
 	}
 	change := kube.Set(map[string]string{kube.AnnLifecycle: out.state})
-	if out.state == kube.StateFailed {
+	switch {
+	case out.state == kube.StateFailed:
 		change[kube.AnnReason], change[kube.AnnError] = &out.reason, ptr(kube.OneLine(out.err))
-	} else {
+	case out.device != "":
+		change[kube.AnnDevice] = &out.device
+		change.Remove(kube.AnnError, kube.AnnReason)
+	default:
 		change.Remove(kube.AnnError, kube.AnnReason)
 	}
 	err := a.patch(ctx, k, m.GetResourceVersion(), change)
@@ -341,6 +348,16 @@ func (a *Agent) patch(ctx context.Context, k Key, rv string, c kube.Change) erro
 	}
 	a.metrics.wrote(string(k.Kind), err)
 	return err
+}
+
+// misdirected warns about a request labelled for this node that another
+// node owns (or none): the agent does nothing else with it.
+func (a *Agent) misdirected(k Key, obj runtime.Object) {
+	a.metrics.misdirected.WithLabelValues(string(k.Kind)).Inc()
+	klog.InfoS("Request labelled for this node but owned elsewhere; ignored", "request", k)
+	a.recorder.Eventf(obj, corev1.EventTypeWarning, "VolumeRequestNotOwned",
+		"labelled %s=%s, but node %s does not own it (PVC: selected-node; PV: node affinity and a served driver or provisioner); lvm-agent on this node ignores it",
+		kube.LabelNode, kube.NodeLabelValue(a.cfg.Node.Name), a.cfg.Node.Name)
 }
 
 func ptr(s string) *string { return &s }

@@ -3,9 +3,11 @@ package agent
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -25,7 +27,9 @@ const node = "node-a"
 type env struct {
 	client *fake.Clientset
 	fakeLVMD
-	agent *Agent
+	agent   *Agent
+	events  *record.FakeRecorder
+	metrics *Metrics
 }
 
 // fakeLVMD is a fake LVM behind a fake lvmd speaking topolvm's wire
@@ -69,12 +73,13 @@ func start(t *testing.T, cfg Config) *env {
 	t.Helper()
 	f, backend := serveLVMD(t, thickAndThin...)
 	e := &env{client: fake.NewClientset(), fakeLVMD: f}
-	cfg.Node = kube.Node{Name: node, Drivers: []string{kube.DefaultDriver}}
+	cfg.Node = kube.Node{Name: node, Drivers: []string{kube.DefaultDriver}, Provisioners: []string{kube.DefaultProvisioner}}
 	cfg.BackoffBase, cfg.BackoffMax = 10*time.Millisecond, 100*time.Millisecond
 	cfg.Workers = 4
-	inf := kube.NewInformers(e.client, node, kube.WatchAll)
+	inf := kube.NewInformers(e.client, node, kube.WatchAll, kube.WithOwner(cfg.Node))
+	e.events, e.metrics = record.NewFakeRecorder(1000), NewMetrics(nil)
 	var err error
-	e.agent, err = New(cfg, e.client, backend, record.NewFakeRecorder(1000), inf, nil)
+	e.agent, err = New(cfg, e.client, backend, e.events, inf, e.metrics)
 	require.NoError(t, err)
 	run(t, e.agent)
 	return e
@@ -187,6 +192,13 @@ func TestCreate(t *testing.T) {
 			ann := e.waitPVC(t, "default", "pvc")
 			assert.Equal(t, tc.wantState, ann[kube.AnnLifecycle])
 			assert.Equal(t, tc.wantReason, ann[kube.AnnReason])
+			if tc.wantState == kube.StateCreated {
+				// The fake lvmd's listing reports /dev/<class>/<lv>; topolvm's
+				// CreateLV reports no path, so this also proves the look-up.
+				assert.Equal(t, "/dev/"+class+"/lv1", ann[kube.AnnDevice], "created carries the device path")
+			} else {
+				assert.NotContains(t, ann, kube.AnnDevice)
+			}
 			time.Sleep(50 * time.Millisecond) // room for a wrong second write
 			assert.Equal(t, 1, e.patches(), "one write per transition")
 			if tc.wantState == kube.StateFailed {
@@ -266,6 +278,66 @@ func TestIgnoresForeign(t *testing.T) {
 	lvs, _ := e.lvm.List("thick")
 	require.Len(t, lvs, 1)
 	assert.Equal(t, "lv3", lvs[0].Name)
+}
+
+// A request labelled for this node that another node owns is never acted on
+// (the label is only a watch hint): a Warning event and a metric, no write.
+func TestMisdirectedRequestOnlyWarned(t *testing.T) {
+	e := start(t, Config{})
+	labelled := map[string]string{kube.LabelNode: node}
+	req := spec(`{"volumeGroup":"thick","name":"lv1","size":4096}`)
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "elsewhere", Labels: labelled,
+		Annotations: map[string]string{kube.AnnLifecycle: req[kube.AnnLifecycle], kube.AnnSpec: req[kube.AnnSpec], kube.AnnSelectedNode: "node-b"}}}
+	_, err := e.client.CoreV1().PersistentVolumeClaims("default").Create(context.Background(), pvc, metav1.CreateOptions{})
+	require.NoError(t, err)
+	// A hostPath PV labelled for us and asked to be deleted.
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "hostpath", Labels: labelled,
+		Annotations: map[string]string{kube.AnnLifecycle: kube.StateDeleting, kube.AnnSpec: "thick/lv0"}}}
+	pv.Spec.HostPath = &corev1.HostPathVolumeSource{Path: "/data"}
+	_, err = e.client.CoreV1().PersistentVolumes().Create(context.Background(), pv, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = e.lvm.Create("thick", "lv0", 4096, []string{OwnerTag("x")})
+	require.NoError(t, err)
+
+	var warnings []string
+	for len(warnings) < 2 {
+		select {
+		case ev := <-e.events.Events:
+			if strings.Contains(ev, "VolumeRequestNotOwned") {
+				warnings = append(warnings, ev)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no Warning events for misdirected requests; got %v", warnings)
+		}
+	}
+	assert.Contains(t, warnings[0], "Warning")
+	assert.Equal(t, 1.0, testutil.ToFloat64(e.metrics.misdirected.WithLabelValues("pvc")))
+	assert.Equal(t, 1.0, testutil.ToFloat64(e.metrics.misdirected.WithLabelValues("pv")))
+	assert.Zero(t, e.patches(), "nothing written on a request that is not ours")
+	lvs, _ := e.lvm.List("thick")
+	assert.Len(t, lvs, 1, "the labelled hostPath PV's delete removed nothing")
+}
+
+// A local PV of a served provisioner, with node affinity on this node, is
+// this agent's: its delete is answered.
+func TestLocalPVOfServedProvisioner(t *testing.T) {
+	e := start(t, Config{})
+	const claim = types.UID("claim-uid")
+	_, err := e.lvm.Create("thick", "lv1", 4096, []string{OwnerTag(claim)})
+	require.NoError(t, err)
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv1", Annotations: map[string]string{
+		kube.AnnLifecycle: kube.StateDeleting, kube.AnnSpec: "thick/lv1", kube.AnnProvisionedBy: kube.DefaultProvisioner}},
+		Spec: corev1.PersistentVolumeSpec{
+			PersistentVolumeSource: corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: "/dev/vg0/lv1"}},
+			ClaimRef:               &corev1.ObjectReference{UID: claim},
+			NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}}}}}},
+		}}
+	_, err = e.client.CoreV1().PersistentVolumes().Create(context.Background(), pv, metav1.CreateOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, kube.StateDeleted, e.waitPV(t, "pv1")[kube.AnnLifecycle])
+	lvs, _ := e.lvm.List("thick")
+	assert.Empty(t, lvs)
 }
 
 // The same PVC name in two namespaces is two requests (the original agent

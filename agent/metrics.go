@@ -21,6 +21,8 @@ type Metrics struct {
 	// A stuck lvmd call shows here long before its OpTimeout.
 	unfinished *prometheus.GaugeVec
 	longest    *prometheus.GaugeVec
+	// Requests labelled for this node but owned elsewhere.
+	misdirected *prometheus.CounterVec
 }
 
 // NewMetrics registers the metrics with reg (nil: not registered).
@@ -44,10 +46,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Seconds of work in progress not yet finished, summed over the workers."}, []string{"name"}),
 		longest: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "lvm_agent_workqueue_longest_running_processor_seconds",
 			Help: "Seconds the longest running request has been worked on."}, []string{"name"}),
+		misdirected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lvm_agent_misdirected_requests_total",
+			Help: "Open requests labelled for this node but owned by another node or by none (ignored, with a Warning event), by object kind."}, []string{"object"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.ops, m.duration, m.writes, m.retries, m.synced, m.queue, m.queueAdds, m.queueLat, m.queueWork,
-			m.unfinished, m.longest)
+			m.unfinished, m.longest, m.misdirected)
 	}
 	return m
 }

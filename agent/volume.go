@@ -43,6 +43,7 @@ type outcome struct {
 	state  string
 	reason string
 	err    error
+	device string // with created: the LV's device path, when known
 }
 
 func final(state string) outcome { return outcome{state: state} }
@@ -180,5 +181,5 @@ func (a *Agent) created(ctx context.Context, lv *lvmbackend.Volume) outcome {
 	if err := a.cfg.Devices.confirmActive(ctx, lv); err != nil {
 		return retry(err)
 	}
-	return final(kube.StateCreated)
+	return outcome{state: kube.StateCreated, device: a.devicePath(ctx, lv)}
 }

@@ -44,7 +44,7 @@ const rbacManifest = "../deploy/base/rbac.yaml"
 // The role is the least the agent needs: exactly these rules. Adding a verb
 // should be a decision, made here too.
 func TestRBACRoleIsMinimal(t *testing.T) {
-	objs := readRBAC(t)
+	objs := readRBAC(t, rbacManifest)
 	var role *rbacv1.ClusterRole
 	for _, o := range objs {
 		if r, ok := o.(*rbacv1.ClusterRole); ok {
@@ -82,7 +82,7 @@ func TestRBAC(t *testing.T) {
 	ctx := context.Background()
 	rcp := harness.StartControlPlaneWith(t, 2*time.Minute, harness.Options{Authorization: "RBAC"})
 	admin := rcp.Client
-	applyRBAC(t, admin)
+	applyRBAC(t, admin, rbacManifest)
 	kubeconfig, saClient := serviceAccountKubeconfig(t, rcp, "lvm-agent", "lvm-agent")
 
 	nodeName := "node-rbac"
@@ -248,9 +248,9 @@ func TestRBAC(t *testing.T) {
 
 // readRBAC decodes the manifest strictly: a misspelt field is an error, not
 // a silently dropped rule.
-func readRBAC(t *testing.T) []runtime.Object {
+func readRBAC(t *testing.T, manifest string) []runtime.Object {
 	t.Helper()
-	raw, err := os.ReadFile(rbacManifest)
+	raw, err := os.ReadFile(manifest)
 	require.NoError(t, err)
 	decoder := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
 	r := yaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(raw)))
@@ -265,20 +265,20 @@ func readRBAC(t *testing.T) []runtime.Object {
 			continue
 		}
 		obj, _, err := decoder.Decode(doc, nil, nil)
-		require.NoError(t, err, "%s:\n%s", rbacManifest, doc)
+		require.NoError(t, err, "%s:\n%s", manifest, doc)
 		out = append(out, obj)
 	}
 }
 
 // applyRBAC creates (or updates) the manifest's objects and their namespace.
-func applyRBAC(t *testing.T, c kubernetes.Interface) {
+func applyRBAC(t *testing.T, c kubernetes.Interface, manifest string) {
 	t.Helper()
 	ctx := context.Background()
 	_, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "lvm-agent"}}, metav1.CreateOptions{})
 	if !apierrors.IsAlreadyExists(err) {
 		require.NoError(t, err)
 	}
-	for _, obj := range readRBAC(t) {
+	for _, obj := range readRBAC(t, manifest) {
 		switch o := obj.(type) {
 		case *corev1.ServiceAccount:
 			_, err = c.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
@@ -290,8 +290,12 @@ func applyRBAC(t *testing.T, c kubernetes.Interface) {
 			if _, err = c.RbacV1().ClusterRoleBindings().Create(ctx, o, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
 				_, err = c.RbacV1().ClusterRoleBindings().Update(ctx, o, metav1.UpdateOptions{})
 			}
+		case *rbacv1.Role:
+			_, err = c.RbacV1().Roles(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.RoleBinding:
+			_, err = c.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
 		default:
-			t.Fatalf("%s: unexpected %T", rbacManifest, obj)
+			t.Fatalf("%s: unexpected %T", manifest, obj)
 		}
 		if !apierrors.IsAlreadyExists(err) {
 			require.NoError(t, err)

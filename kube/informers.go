@@ -111,11 +111,11 @@ func (c informerConfig) transform(obj any) (any, error) {
 	if c.owner != nil {
 		switch o := obj.(type) {
 		case *corev1.PersistentVolumeClaim:
-			if !c.owner.OwnsPVC(o) {
+			if !c.owner.OwnsPVC(o) && !c.owner.Misdirected(o) {
 				return &corev1.PersistentVolumeClaim{ObjectMeta: stubMeta(o.ObjectMeta)}, nil
 			}
 		case *corev1.PersistentVolume:
-			if !c.owner.OwnsPV(o) {
+			if !c.owner.OwnsPV(o) && !c.owner.Misdirected(o) {
 				return &corev1.PersistentVolume{ObjectMeta: stubMeta(o.ObjectMeta)}, nil
 			}
 		}
@@ -163,6 +163,7 @@ func trim(obj any) (any, error) {
 	case *corev1.PersistentVolume:
 		pv := &corev1.PersistentVolume{ObjectMeta: trimMeta(o.ObjectMeta)}
 		pv.Spec.CSI = o.Spec.CSI
+		pv.Spec.Local = o.Spec.Local
 		pv.Spec.NodeAffinity = o.Spec.NodeAffinity
 		pv.Spec.ClaimRef = o.Spec.ClaimRef
 		return pv, nil

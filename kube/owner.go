@@ -6,28 +6,35 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// Node identifies one agent: its node name and the CSI drivers whose PVs it serves.
+// Node identifies one agent: its node name, the CSI drivers whose PVs it
+// serves, and the provisioners whose local PVs it serves.
 type Node struct {
-	Name    string
-	Drivers []string
+	Name         string
+	Drivers      []string
+	Provisioners []string
 }
 
-// OwnsPVC: the PVC's selected-node is this node, or its volume.node label names it.
+// OwnsPVC: the PVC's selected-node is this node. The volume.node label never
+// makes a PVC an agent's: it is a watch hint that anyone may write.
 func (n Node) OwnsPVC(pvc *corev1.PersistentVolumeClaim) bool {
-	if sel, ok := pvc.Annotations[AnnSelectedNode]; ok {
-		return sel == n.Name
-	}
-	return n.labelled(pvc.Labels)
+	return pvc.Annotations[AnnSelectedNode] == n.Name && n.Name != ""
 }
 
-// OwnsPV: the PV belongs to one of our drivers and its required node affinity
-// is a single term with a single expression naming only this node, or its
-// volume.node label names this node.
+// OwnsPV: the PV's required node affinity is a single term with a single
+// expression naming only this node, and the PV is a CSI PV of a served
+// driver or a local PV of a served provisioner. Like OwnsPVC, the label
+// plays no part.
 func (n Node) OwnsPV(pv *corev1.PersistentVolume) bool {
-	if n.labelled(pv.Labels) {
-		return true
-	}
-	if pv.Spec.CSI == nil || !slices.Contains(n.Drivers, pv.Spec.CSI.Driver) {
+	switch {
+	case pv.Spec.CSI != nil:
+		if !slices.Contains(n.Drivers, pv.Spec.CSI.Driver) {
+			return false
+		}
+	case pv.Spec.Local != nil:
+		if by, ok := pv.Annotations[AnnProvisionedBy]; !ok || !slices.Contains(n.Provisioners, by) {
+			return false
+		}
+	default:
 		return false
 	}
 	node, ok := affinityNode(pv)
@@ -47,6 +54,27 @@ func (n Node) Classify(obj any) (owned, open bool) {
 		return owned, owned && o.Annotations[AnnLifecycle] == StateDeleting
 	}
 	return false, false
+}
+
+// Misdirected reports an open request labelled for this node that this node
+// does not own: the label and the owner disagree, and the agent only warns.
+// (In labelled or hybrid mode such a request may be seen by no other agent.)
+func (n Node) Misdirected(obj any) bool {
+	var labels, ann map[string]string
+	var pending string
+	switch o := obj.(type) {
+	case *corev1.PersistentVolumeClaim:
+		labels, ann, pending = o.Labels, o.Annotations, StateCreating
+	case *corev1.PersistentVolume:
+		labels, ann, pending = o.Labels, o.Annotations, StateDeleting
+	default:
+		return false
+	}
+	if ann[AnnLifecycle] != pending || !n.labelled(labels) {
+		return false
+	}
+	owned, _ := n.Classify(obj)
+	return !owned
 }
 
 // affinityNode is the node a PV's required node affinity names, when it is a

@@ -110,3 +110,10 @@ func OneLine(err error) string {
 	}
 	return s
 }
+
+// PVRequestMeta is what a provisioner puts on a PV it creates for an LV:
+// the spec ("vg/lv") a later delete names, and the volume.node label, so
+// that the agent's filtered watch sees the PV.
+func PVRequestMeta(node, vg, lv string) (annotations, labels map[string]string) {
+	return map[string]string{AnnSpec: vg + "/" + lv}, map[string]string{LabelNode: NodeLabelValue(node)}
+}

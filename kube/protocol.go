@@ -51,6 +51,16 @@ const RetainedTag = "lvm-agent.retained"
 // DefaultDriver is the CSI driver whose PVs the agent serves by default.
 const DefaultDriver = "localplugin.csi.alibabacloud.com"
 
+// DefaultProvisioner is the name of lvm-agent's own provisioner: the
+// StorageClasses' provisioner, its CSIDriver object, and the value of
+// AnnProvisionedBy on the local PVs it makes, which the agent serves by default.
+const DefaultProvisioner = "lvm.lvm-agent.io"
+
+// AnnProvisionedBy names the provisioner of a dynamically provisioned PV
+// (set by Kubernetes' provisioner library): with a local PV's node affinity
+// it makes the PV an agent's.
+const AnnProvisionedBy = "pv.kubernetes.io/provisioned-by"
+
 // NodeLabelValue is the value of LabelNode for a node: the name itself when
 // it is a valid label value, otherwise "h-" and the first 40 hex digits of
 // its SHA-256, so that every node name has a selectable form.

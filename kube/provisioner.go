@@ -58,31 +58,49 @@ type StateFunc func(state, errMsg string)
 
 // CreateVolumeWithAnnotations asks the agent on the PVC's selected node for a
 // volume: it writes "creating", the spec and the volume.node label in one
-// merge patch, then watches the PVC until the agent answers or ctx ends.
+// merge patch (which also clears the volume.reason and volume.error of an
+// earlier answer), then watches the PVC until the agent answers or ctx ends.
 func CreateVolumeWithAnnotations(ctx context.Context, c kubernetes.Interface, namespace, pvcName string, spec CreateSpec, onState StateFunc) error {
+	_, err := CreateVolume(ctx, c, namespace, pvcName, spec, onState)
+	return err
+}
+
+// CreateVolume is CreateVolumeWithAnnotations that also returns the PVC as
+// the agent answered it, for its volume.device.
+func CreateVolume(ctx context.Context, c kubernetes.Interface, namespace, pvcName string, spec CreateSpec, onState StateFunc) (*corev1.PersistentVolumeClaim, error) {
 	pvc, err := c.CoreV1().PersistentVolumeClaims(namespace).Get(ctx, pvcName, metav1.GetOptions{})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	node := pvc.Annotations[AnnSelectedNode]
 	if node == "" {
-		return fmt.Errorf("PVC %s/%s has no %s annotation: no node is chosen yet", namespace, pvcName, AnnSelectedNode)
+		return nil, fmt.Errorf("PVC %s/%s has no %s annotation: no node is chosen yet", namespace, pvcName, AnnSelectedNode)
 	}
 	raw, err := json.Marshal(spec)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	pvc, err = UpdatePvcWithAnnotations(ctx, c, namespace, pvcName, "",
-		Set(map[string]string{AnnLifecycle: StateCreating, AnnSpec: string(raw)}),
+	pvc, err = UpdatePvcWithAnnotations(ctx, c, namespace, pvcName, "", request(StateCreating, string(raw)),
 		Set(map[string]string{LabelNode: NodeLabelValue(node)}))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	lw := &cache.ListWatch{WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", pvcName).String()
 		return c.CoreV1().PersistentVolumeClaims(namespace).Watch(ctx, o)
 	}}
-	return waitForAnswer(ctx, lw, pvc, "PVC "+namespace+"/"+pvcName, StateCreating, onState)
+	answered, err := waitForAnswer(ctx, lw, pvc, "PVC "+namespace+"/"+pvcName, StateCreating, onState)
+	if err != nil {
+		return nil, err
+	}
+	return answered.(*corev1.PersistentVolumeClaim), nil
+}
+
+// request is the change a provisioner writes to ask: the state and spec, and
+// the removal of the reason and error of an earlier answer, so that a stale
+// reason never stands beside a new request.
+func request(state, spec string) Change {
+	return Set(map[string]string{AnnLifecycle: state, AnnSpec: spec}).Remove(AnnReason, AnnError)
 }
 
 // DeleteVolumeWithAnnotations asks the agent that owns a PV to remove its LV
@@ -96,8 +114,7 @@ func DeleteVolumeWithAnnotations(ctx context.Context, c kubernetes.Interface, pv
 	if node, ok := affinityNode(pv); ok {
 		labels = Set(map[string]string{LabelNode: NodeLabelValue(node)})
 	}
-	pv, err = UpdatePvWithAnnotations(ctx, c, pvName, "",
-		Set(map[string]string{AnnLifecycle: StateDeleting, AnnSpec: vg + "/" + lv}), labels)
+	pv, err = UpdatePvWithAnnotations(ctx, c, pvName, "", request(StateDeleting, vg+"/"+lv), labels)
 	if err != nil {
 		return err
 	}
@@ -105,21 +122,23 @@ func DeleteVolumeWithAnnotations(ctx context.Context, c kubernetes.Interface, pv
 		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", pvName).String()
 		return c.CoreV1().PersistentVolumes().Watch(ctx, o)
 	}}
-	return waitForAnswer(ctx, lw, pv, "PV "+pvName, StateDeleting, onState)
+	_, err = waitForAnswer(ctx, lw, pv, "PV "+pvName, StateDeleting, onState)
+	return err
 }
 
 // waitForAnswer watches from the version the request was written at (no
-// polling) until the lifecycle leaves the pending state.
-func waitForAnswer(ctx context.Context, lw cache.Watcher, written runtime.Object, what, pending string, onState StateFunc) error {
+// polling) until the lifecycle leaves the pending state, and returns the
+// object as answered.
+func waitForAnswer(ctx context.Context, lw cache.Watcher, written runtime.Object, what, pending string, onState StateFunc) (runtime.Object, error) {
 	m, err := metaOf(written)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if onState != nil {
 		onState(pending, "")
 	}
 	lastErr := ""
-	_, err = watchtools.Until(ctx, m.GetResourceVersion(), lw, func(ev watch.Event) (bool, error) {
+	last, err := watchtools.Until(ctx, m.GetResourceVersion(), lw, func(ev watch.Event) (bool, error) {
 		if ev.Type == watch.Deleted {
 			return false, fmt.Errorf("%s: %w", what, ErrGone)
 		}
@@ -150,11 +169,14 @@ func waitForAnswer(ctx context.Context, lw cache.Watcher, written runtime.Object
 	if err != nil && ctx.Err() != nil {
 		// The watch reports its own timeout error; callers test for the context's.
 		if lastErr != "" {
-			return fmt.Errorf("%s: no answer before the deadline (last error: %s): %w", what, lastErr, ctx.Err())
+			return nil, fmt.Errorf("%s: no answer before the deadline (last error: %s): %w", what, lastErr, ctx.Err())
 		}
-		return fmt.Errorf("%s: no answer before the deadline: %w", what, ctx.Err())
+		return nil, fmt.Errorf("%s: no answer before the deadline: %w", what, ctx.Err())
 	}
-	return err
+	if err != nil {
+		return nil, err
+	}
+	return last.Object, nil
 }
 
 func metaOf(obj runtime.Object) (metav1.Object, error) {

@@ -46,6 +46,9 @@ type Volume struct {
 	// Origin is the LV this one is a snapshot of, and Pool the thin pool of a
 	// thin volume, when the reader knows them ("" otherwise).
 	Origin, Pool string
+	// Path is the LV's device path on the node ("/dev/vg/lv") when the
+	// dialect reports it ("" otherwise: topolvm's CreateLV does not).
+	Path string
 }
 
 // HasTag reports whether the volume carries tag.

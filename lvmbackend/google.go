@@ -462,7 +462,7 @@ func googleVolume(vg string, lv *lvmpb.LogicalVolume) Volume {
 	}
 	return Volume{DeviceClass: vg, Name: lv.GetName(), SizeBytes: int64(lv.GetSize()), Tags: tags,
 		DevMajor: lv.GetActualDevMajorNumber(), DevMinor: lv.GetActualDevMinorNumber(),
-		Attr: googleAttr(lv.GetAttributes())}
+		Attr: googleAttr(lv.GetAttributes()), Path: "/dev/" + vg + "/" + lv.GetName()}
 }
 
 // googleAttr rebuilds lvm's lv_attr string from the daemon's decoded

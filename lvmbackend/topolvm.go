@@ -61,7 +61,7 @@ func (t *Topolvm) ListVolumes(ctx context.Context, deviceClass string) ([]Volume
 	for _, v := range resp.GetVolumes() {
 		vols = append(vols, Volume{
 			DeviceClass: deviceClass, Name: v.GetName(), SizeBytes: v.GetSizeBytes(), Tags: v.GetTags(),
-			DevMajor: v.GetDevMajor(), DevMinor: v.GetDevMinor(), Attr: v.GetAttr(),
+			DevMajor: v.GetDevMajor(), DevMinor: v.GetDevMinor(), Attr: v.GetAttr(), Path: v.GetPath(),
 		})
 	}
 	return vols, nil
@@ -82,7 +82,7 @@ func (t *Topolvm) CreateVolume(ctx context.Context, req CreateRequest) (*Volume,
 	}
 	v := resp.GetVolume()
 	return &Volume{DeviceClass: req.DeviceClass, Name: v.GetName(), SizeBytes: v.GetSizeBytes(),
-		Tags: req.Tags, DevMajor: v.GetDevMajor(), DevMinor: v.GetDevMinor(), Attr: v.GetAttr()}, nil
+		Tags: req.Tags, DevMajor: v.GetDevMajor(), DevMinor: v.GetDevMinor(), Attr: v.GetAttr(), Path: v.GetPath()}, nil
 }
 
 // RemoveVolume removes a volume with lvmd's RemoveLV.

@@ -34,6 +34,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "volume" {
 		os.Exit(volumeMain(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "provisioner" {
+		os.Exit(provisionerMain(os.Args[2:]))
+	}
 	os.Exit(agentMain(os.Args[1:]))
 }
 
@@ -44,6 +47,7 @@ type options struct {
 	backend, lvmdSocket, lvmdAddress     string
 	tlsCert, tlsKey, tlsCA               string
 	drivers, deviceClassMap, stripeClass string
+	provisioners                         string
 	watchMode                            string
 	sweepInterval                        time.Duration
 	contentType                          string
@@ -59,7 +63,7 @@ type options struct {
 func agentMain(args []string) int {
 	fs := flag.NewFlagSet("lvm-agent", flag.ExitOnError)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: lvm-agent [flags]          run the node agent\n       lvm-agent volume --help    the operator CLI\n\nFlags:\n")
+		fmt.Fprintf(fs.Output(), "Usage: lvm-agent [flags]               run the node agent\n       lvm-agent provisioner --help    the provisioner\n       lvm-agent volume --help         the operator CLI\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	o := options{}
@@ -74,6 +78,7 @@ func agentMain(args []string) int {
 	fs.StringVar(&o.tlsKey, "lvmd-tls-key", "", "google/lvmd: client key for mTLS")
 	fs.StringVar(&o.tlsCA, "lvmd-tls-ca", "", "google/lvmd: CA that signed the server's certificate")
 	fs.StringVar(&o.drivers, "driver-name", kube.DefaultDriver, "CSI driver(s) whose PVs this agent serves, comma-separated")
+	fs.StringVar(&o.provisioners, "provisioner-name", kube.DefaultProvisioner, "provisioner(s) whose local PVs (by "+kube.AnnProvisionedBy+") this agent serves, comma-separated")
 	fs.StringVar(&o.deviceClassMap, "device-class-map", "", "volumeGroup=deviceClass pairs, comma-separated; a volume group not listed is the device class of the same name")
 	fs.StringVar(&o.stripeClass, "striped-option-class", "", "lvmd lvcreate option class used for specs with \"striping\": true (empty: such specs fail)")
 	fs.StringVar(&o.watchMode, "watch-mode", string(kube.WatchHybrid), "hybrid: watch objects labelled "+kube.LabelNode+"=<node> (filtered by the API server), and list then watch the unlabelled ones for requests of this node, so that no provisioner's request is ignored; labelled: the labelled watch only (unlabelled requests are never seen); all: watch every PVC/PV and filter here (the original design: costs grow with the cluster)")
@@ -138,7 +143,7 @@ func run(o options) error {
 	if o.dmControl != "" {
 		devices = agent.OpenDevices(o.dmControl, reg)
 	}
-	node := kube.Node{Name: o.nodeName, Drivers: splitList(o.drivers)}
+	node := kube.Node{Name: o.nodeName, Drivers: splitList(o.drivers), Provisioners: splitList(o.provisioners)}
 	inf := kube.NewInformers(client, o.nodeName, mode, kube.WithOwner(node), kube.WithMetrics(clientMetrics))
 	a, err := agent.New(agent.Config{
 		Node:          node,

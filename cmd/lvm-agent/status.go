@@ -85,7 +85,7 @@ func status(ctx context.Context, c kubernetes.Interface, o statusOptions) error 
 		devs, dmNote = readDevices(ctx, o.dmControl)
 	}
 	owns := func(owned bool) bool { return o.node == "" || owned }
-	n := kube.Node{Name: o.node, Drivers: splitList(o.drivers)}
+	n := kube.Node{Name: o.node, Drivers: splitList(o.drivers), Provisioners: []string{kube.DefaultProvisioner}}
 	now := time.Now()
 	seen := map[string]bool{} // LVs that a request names
 	lvCell := func(key string) (lv, size, owner, device string) {

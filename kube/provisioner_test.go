@@ -1,0 +1,94 @@
+package kube
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+)
+
+// watchedClient is a fake clientset that reports on watching each time a
+// watch starts, so that a test answers only once the helper listens.
+func watchedClient(objs ...runtime.Object) (*fake.Clientset, chan struct{}) {
+	c := fake.NewClientset(objs...)
+	watching := make(chan struct{}, 10)
+	c.PrependWatchReactor("*", func(a clienttesting.Action) (bool, watch.Interface, error) {
+		w, err := c.Tracker().Watch(a.GetResource(), a.GetNamespace())
+		watching <- struct{}{}
+		return true, w, err
+	})
+	return c, watching
+}
+
+// stale is the answer of an earlier request: its reason and error must not
+// stand beside a new request.
+var stale = map[string]string{AnnLifecycle: StateFailed, AnnReason: ReasonInsufficientCapacity, AnnError: "VG full"}
+
+func TestCreateVolumeClearsReasonAndReturnsDevice(t *testing.T) {
+	ann := map[string]string{AnnSelectedNode: "node-a"}
+	for k, v := range stale {
+		ann[k] = v
+	}
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", Annotations: ann, ResourceVersion: "1"}}
+	c, watching := watchedClient(pvc)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	type result struct {
+		pvc *corev1.PersistentVolumeClaim
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		p, err := CreateVolume(ctx, c, "ns", "c", CreateSpec{VolumeGroup: "vg0", Name: "pvc-1", Size: 4096}, nil)
+		done <- result{p, err}
+	}()
+	select {
+	case <-watching:
+	case r := <-done:
+		t.Fatalf("CreateVolume returned before watching: %v", r.err)
+	}
+	got, err := c.CoreV1().PersistentVolumeClaims("ns").Get(ctx, "c", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, StateCreating, got.Annotations[AnnLifecycle])
+	assert.NotContains(t, got.Annotations, AnnReason, "the request clears the stale reason")
+	assert.NotContains(t, got.Annotations, AnnError, "the request clears the stale error")
+	assert.Equal(t, "node-a", got.Labels[LabelNode])
+
+	got.Annotations[AnnLifecycle], got.Annotations[AnnDevice] = StateCreated, "/dev/vg0/pvc-1"
+	_, err = c.CoreV1().PersistentVolumeClaims("ns").Update(ctx, got, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	r := <-done
+	require.NoError(t, r.err)
+	assert.Equal(t, "/dev/vg0/pvc-1", r.pvc.Annotations[AnnDevice])
+}
+
+func TestDeleteVolumeClearsReason(t *testing.T) {
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv", Annotations: stale, ResourceVersion: "1"}}
+	c, watching := watchedClient(pv)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- DeleteVolumeWithAnnotations(ctx, c, "pv", "vg0", "pvc-1", nil) }()
+	select {
+	case <-watching:
+	case err := <-done:
+		t.Fatalf("DeleteVolumeWithAnnotations returned before watching: %v", err)
+	}
+	got, err := c.CoreV1().PersistentVolumes().Get(ctx, "pv", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, StateDeleting, got.Annotations[AnnLifecycle])
+	assert.NotContains(t, got.Annotations, AnnReason)
+	assert.NotContains(t, got.Annotations, AnnError)
+	got.Annotations[AnnLifecycle] = StateDeleted
+	_, err = c.CoreV1().PersistentVolumes().Update(ctx, got, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, <-done)
+}

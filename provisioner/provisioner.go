@@ -1,0 +1,171 @@
+// Package provisioner is lvm-agent's dynamic provisioner: the
+// sig-storage-lib-external-provisioner Provisioner that turns a PVC of a
+// StorageClass into a create request for the agent on the node the
+// scheduler picked (kube.CreateVolume), and the agent's answer into a
+// `local` PV; and a PV released under reclaim policy Delete into a delete
+// request. Claim and volume workers, backoff, finalizers, events and the
+// selected-node hand-shake are the library's. It knows StorageClass
+// parameters and how a local PV is built, nothing about lvmd.
+package provisioner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
+
+	"github.com/lvm-agent/lvm-agent/kube"
+)
+
+// HostnameLabel is the Node label a local PV's node affinity matches.
+const HostnameLabel = "kubernetes.io/hostname"
+
+// Config of a Provisioner.
+type Config struct {
+	// Name is the provisioner name the StorageClasses name.
+	Name string
+	// Timeout bounds the wait for an agent's answer in one call; after it,
+	// provisioning continues in the background (the library calls again,
+	// and the agent's create is idempotent).
+	Timeout time.Duration
+}
+
+// Provisioner implements controller.Provisioner and controller.BlockProvisioner.
+type Provisioner struct {
+	client kubernetes.Interface
+	cfg    Config
+}
+
+var _ controller.BlockProvisioner = (*Provisioner)(nil)
+
+// New makes a Provisioner.
+func New(client kubernetes.Interface, cfg Config) *Provisioner {
+	if cfg.Name == "" {
+		cfg.Name = kube.DefaultProvisioner
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = time.Minute
+	}
+	return &Provisioner{client: client, cfg: cfg}
+}
+
+// SupportsBlock: a local PV hands the LV to a Pod raw in volumeMode Block.
+func (p *Provisioner) SupportsBlock(context.Context) bool { return true }
+
+// ErrImmediateBinding refuses classes whose volumes would be made before the
+// scheduler picks a node: a local volume must be made where the Pod runs.
+var ErrImmediateBinding = errors.New("lvm-agent volumes are local to a node: the StorageClass must have volumeBindingMode WaitForFirstConsumer, not Immediate; no volume is made")
+
+// ErrNoDevice is an agent's "created" without volume.device (an agent of
+// the original design): the provisioner never guesses a device path.
+var ErrNoDevice = errors.New("the agent answered created without " + kube.AnnDevice + " (an agent of the original design?); lvm-agent's provisioner never guesses a device path: run lvm-agent on that node")
+
+// Provision asks the selected node's agent for the LV and builds its PV.
+func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOptions) (*corev1.PersistentVolume, controller.ProvisioningState, error) {
+	class, pvc := opts.StorageClass, opts.PVC
+	if class.VolumeBindingMode == nil || *class.VolumeBindingMode != storagev1.VolumeBindingWaitForFirstConsumer {
+		return nil, controller.ProvisioningFinished, fmt.Errorf("StorageClass %s: %w", class.Name, ErrImmediateBinding)
+	}
+	params, err := ParseParams(class.Parameters)
+	if err != nil {
+		return nil, controller.ProvisioningFinished, fmt.Errorf("StorageClass %s: %w", class.Name, err)
+	}
+	if opts.SelectedNodeName == "" {
+		return nil, controller.ProvisioningFinished, fmt.Errorf("PVC %s/%s has no selected node", pvc.Namespace, pvc.Name)
+	}
+	size, ok := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
+	if !ok || size.Sign() <= 0 {
+		return nil, controller.ProvisioningFinished, fmt.Errorf("PVC %s/%s requests no storage size", pvc.Namespace, pvc.Name)
+	}
+	reclaim := corev1.PersistentVolumeReclaimDelete
+	if class.ReclaimPolicy != nil {
+		reclaim = *class.ReclaimPolicy
+	}
+	spec := kube.CreateSpec{VolumeGroup: params.VolumeGroup, Name: opts.PVName, Size: size.Value(), Tags: params.Tags, Striping: params.Striping}
+	if reclaim == corev1.PersistentVolumeReclaimRetain {
+		// The orphan collector never removes an LV that Kubernetes promised to keep.
+		spec.Tags = append(append([]string(nil), spec.Tags...), kube.RetainedTag)
+	}
+	node, err := p.client.CoreV1().Nodes().Get(ctx, opts.SelectedNodeName, metav1.GetOptions{})
+	if err != nil {
+		return nil, controller.ProvisioningNoChange, fmt.Errorf("selected node %s: %w", opts.SelectedNodeName, err)
+	}
+	hostname := node.Labels[HostnameLabel]
+	if hostname == "" {
+		return nil, controller.ProvisioningReschedule, fmt.Errorf("selected node %s has no %s label for a local PV's node affinity", node.Name, HostnameLabel)
+	}
+
+	wctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	answered, err := kube.CreateVolume(wctx, p.client, pvc.Namespace, pvc.Name, spec, nil)
+	var failed *kube.FailedError
+	switch {
+	case errors.Is(err, kube.ErrInsufficientCapacity):
+		// The scheduler's figures were stale: let it pick another node.
+		return nil, controller.ProvisioningReschedule, err
+	case errors.As(err, &failed):
+		return nil, controller.ProvisioningFinished, err
+	case err != nil:
+		// No answer yet (or the API server failed us after the request was
+		// written): keep the claim in progress; the next call re-asks, and
+		// the agent's create is idempotent, so there is never a second LV.
+		klog.V(2).InfoS("No answer from the agent yet; provisioning continues in the background", "pvc", klog.KObj(pvc), "node", opts.SelectedNodeName, "err", err)
+		return nil, controller.ProvisioningInBackground, err
+	}
+	device := answered.Annotations[kube.AnnDevice]
+	if device == "" {
+		return nil, controller.ProvisioningFinished, fmt.Errorf("PVC %s/%s on node %s: %w", pvc.Namespace, pvc.Name, opts.SelectedNodeName, ErrNoDevice)
+	}
+	return p.localPV(opts, params, reclaim, size, hostname, device), controller.ProvisioningFinished, nil
+}
+
+// localPV is the PV of a created LV. The library adds the claimRef, the
+// finalizer, the storage class and pv.kubernetes.io/provisioned-by.
+func (p *Provisioner) localPV(opts controller.ProvisionOptions, params Params, reclaim corev1.PersistentVolumeReclaimPolicy,
+	size resource.Quantity, hostname, device string) *corev1.PersistentVolume {
+	pvc := opts.PVC
+	annotations, labels := kube.PVRequestMeta(opts.SelectedNodeName, params.VolumeGroup, opts.PVName)
+	local := &corev1.LocalVolumeSource{Path: device}
+	if pvc.Spec.VolumeMode == nil || *pvc.Spec.VolumeMode == corev1.PersistentVolumeFilesystem {
+		fs := params.FSType
+		local.FSType = &fs
+	}
+	return &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: opts.PVName, Annotations: annotations, Labels: labels},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: size},
+			AccessModes:                   pvc.Spec.AccessModes,
+			VolumeMode:                    pvc.Spec.VolumeMode,
+			PersistentVolumeReclaimPolicy: reclaim,
+			MountOptions:                  opts.StorageClass.MountOptions,
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{Local: local},
+			NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: HostnameLabel, Operator: corev1.NodeSelectorOpIn, Values: []string{hostname}}},
+			}}}},
+		},
+	}
+}
+
+// Delete asks the PV's agent to remove its LV and waits for "deleted". A
+// "failed" (or no answer in time) is returned, so that the library retries
+// with backoff and the PV stays.
+func (p *Provisioner) Delete(ctx context.Context, pv *corev1.PersistentVolume) error {
+	if pv.Spec.Local == nil {
+		return &controller.IgnoredError{Reason: "not a local PV"}
+	}
+	vg, lv, err := kube.ParsePVSpec(pv.Annotations[kube.AnnSpec])
+	if err != nil {
+		return fmt.Errorf("PV %s: %w", pv.Name, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	return kube.DeleteVolumeWithAnnotations(wctx, p.client, pv.Name, vg, lv, nil)
+}
