@@ -5,7 +5,7 @@ export CGO_ENABLED := 0
 CACHE ?= $(or $(LVM_AGENT_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/lvm-agent)
 export LVM_AGENT_CACHE := $(CACHE)
 
-.PHONY: all build test test-unit test-integration test-guest demo bench-lvm bench-dm bench-scale bench-provision chaos fuzz vet clean
+.PHONY: all build test test-unit test-integration test-guest demo node images bench-lvm bench-dm bench-scale bench-provision chaos fuzz vet clean
 
 all: build
 
@@ -40,6 +40,16 @@ test-guest:
 
 demo:
 	scripts/vm/demo.sh
+
+# A real one-node cluster in the guest (kubelet, containerd, kube-proxy, the
+# control plane) and deploy/ applied to it, until the agent's DaemonSet with
+# its lvmd sidecar is Ready. Not yet part of `make test` (see docs/operations.md).
+node:
+	scripts/vm/node.sh
+
+# The images that cluster runs, as tarballs (no container engine).
+images:
+	scripts/vm/images.sh
 
 # In one guest each: what the agent adds to lvmd; what reading the state of
 # 200 LVs costs through lvmbackend/devmapper vs lvs and dmsetup.

@@ -6,7 +6,7 @@
 #   scripts/kube-assets.sh [COMPONENT...]
 #
 # etcd and kube-apiserver are always built; COMPONENT adds any of
-# kube-scheduler, kube-controller-manager, kubelet, kubectl (each a few
+# kube-scheduler, kube-controller-manager, kubelet, kubectl, kube-proxy (each a few
 # seconds to ~1.5 min once kube-apiserver's build cache is warm). Concurrent
 # callers wait for each other (flock) instead of building the same binary twice.
 set -euo pipefail
@@ -61,7 +61,7 @@ build_etcd
 build_kube kube-apiserver
 for c in "$@"; do
   case $c in
-    kube-scheduler | kube-controller-manager | kubelet | kubectl) build_kube "$c" ;;
+    kube-scheduler | kube-controller-manager | kubelet | kubectl | kube-proxy) build_kube "$c" ;;
     *) log "unknown component $c"; exit 2 ;;
   esac
 done

@@ -6,7 +6,11 @@
 #                   entry, about twice as fast as the bzImage through SeaBIOS.
 #   initramfs.cpio  bash, busybox, lvm2, dmsetup, thin-provisioning-tools,
 #                   e2fsprogs, their libraries, the LVM/9p kernel modules and an
-#                   /init that runs one command (see scripts/vm/run.sh).
+#                   /init that runs one command (see scripts/vm/run.sh); for the
+#                   one-node cluster (scripts/guest/cluster.sh): runc, the CNI
+#                   plugins, nft, util-linux's mount/blkid/fsck (kubelet formats
+#                   and mounts local volumes with them) and the container
+#                   networking modules.
 # Guest packages are fetched with `apt-get download` and never installed on the
 # host. The output is cached under a hash of this script and the exact .deb
 # files, so it is rebuilt only when one of them changes.
@@ -14,12 +18,16 @@ set -euo pipefail
 
 CACHE=${LVM_AGENT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lvm-agent}
 HOST_PKGS=(qemu-system-x86 cpio kmod xz-utils)
-GUEST_PKGS=(bash busybox-static lvm2 dmsetup thin-provisioning-tools e2fsprogs mount)
+GUEST_PKGS=(bash busybox-static lvm2 dmsetup thin-provisioning-tools e2fsprogs mount
+  runc containernetworking-plugins nftables util-linux)
 # Loaded in this order, each after its dependencies. crc32c_generic must be
 # explicit: libcrc32c asks for it through request_module, and the guest has no
 # working modprobe, so dm-thin-pool would fail with "Unknown symbol".
 MODULES=(crc32c_generic virtio_pci 9pnet_virtio 9p loop dm_mod dm_bufio
-  libcrc32c dm_persistent_data dm_bio_prison dm_thin_pool dm_snapshot dm_zero ext4)
+  libcrc32c dm_persistent_data dm_bio_prison dm_thin_pool dm_snapshot dm_zero ext4
+  overlay bridge veth br_netfilter dummy nf_conntrack nf_nat nf_tables nft_ct
+  nft_nat nft_chain_nat nft_masq nft_numgen nft_fib_inet nft_fib_ipv4
+  nft_fib_ipv6 nft_reject_inet nft_reject_ipv4 nft_reject_ipv6)
 LIBDIR=usr/lib/x86_64-linux-gnu
 
 log() { echo "build-guest: $*" >&2; }
@@ -125,15 +133,20 @@ xz -dc --single-stream >"$work/out/vmlinux" < <(tail -c +$((off + 1)) "$k/boot/v
 r=$work/root
 mkdir -p "$r"/{usr/bin,usr/sbin,usr/local/bin,usr/local/sbin,$LIBDIR,usr/lib64,etc,proc,sys,dev,tmp,run,share,root,opt,mnt,var/tmp,var/log}
 for d in bin sbin lib lib64; do ln -s "usr/$d" "$r/$d"; done
-for p in bash lvm2 dmsetup thin-provisioning-tools e2fsprogs; do
+for p in bash lvm2 dmsetup thin-provisioning-tools e2fsprogs runc nftables; do
   for d in bin sbin usr/bin usr/sbin etc; do
     if [ -d "$work/pkgs/$p/$d" ]; then cp -a "$work/pkgs/$p/$d/." "$r/$d/"; fi
   done
 done
 # util-linux's losetup (from `mount`), as on the Vagrant VM and any Debian
-# host: busybox's has no --find/--show, which tests use. The rest of `mount`
-# is left out; busybox's mount serves /init.
+# host: busybox's has no --find/--show, which tests use.
 cp -a "$work/pkgs/mount/sbin/losetup" "$r/usr/sbin/"
+# kubelet mounts, formats and checks local volumes with util-linux's tools.
+cp -a "$work/pkgs/mount/bin/mount" "$work/pkgs/mount/bin/umount" "$r/usr/bin/"
+cp -a "$work/pkgs/util-linux/sbin/blkid" "$work/pkgs/util-linux/sbin/fsck" "$r/usr/sbin/"
+# The CNI plugins, where Debian puts them (containerd's cni bin_dirs).
+mkdir -p "$r/usr/lib/cni"
+cp -a "$work/pkgs/containernetworking-plugins/usr/lib/cni/." "$r/usr/lib/cni/"
 # busybox ash would run its own applets ahead of $PATH (its losetup has no
 # --show), so bash is /bin/sh and busybox only fills the names still missing.
 ln -s bash "$r/usr/bin/sh"
@@ -238,10 +251,12 @@ chmod +x "$r/init"
 (cd "$r" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc -R 0:0 --quiet) >"$work/out/initramfs.cpio"
 printf 'kernel %s\n%s\n' "$kver" "$files" >"$work/out/manifest"
 rm -rf "$OUT" && mv "$work/out" "$OUT"
-# Older builds are ~60 MB each and nothing uses them any more.
+# Older builds are ~60-90 MB each. Another checkout on this machine may still
+# boot its own (a different script, a different key), so only builds left
+# untouched for a day go.
 find "$CACHE/guest" -mindepth 1 -maxdepth 1 -regextype egrep \
   -regex '.*/([0-9a-f]{16}|resolved-[0-9a-f]{16})' ! -name "$key" ! -name "${resolved##*/}" \
-  -exec rm -rf {} +
+  -mtime +0 -exec rm -rf {} +
 log "vmlinux:        $OUT/vmlinux"
 log "initramfs.cpio: $OUT/initramfs.cpio ($(du -h "$OUT/initramfs.cpio" | cut -f1))"
 echo "$OUT"

@@ -10,6 +10,11 @@
 #   lvm-devcluster         the demo's control plane and fixtures (tag guest)
 #   devmapper.test         ./lvmbackend/devmapper's guest tests (tag guest)
 #   lvmmeta.test           ./lvmbackend/lvmmeta's guest tests (tag guest)
+# and, only when named, for the one-node cluster (scripts/guest/cluster.sh):
+#   kubelet, kubectl, kube-scheduler, kube-controller-manager, kube-proxy
+#                          scripts/kube-assets.sh
+#   containerd, containerd-shim-runc-v2, ctr   scripts/containerd-build.sh
+#   images/                the images it runs (scripts/vm/images.sh)
 #
 #   guest-files.sh [NAME...]          build only these of the last four (default: all)
 #   guest-files.sh --stage NAME...    the same, then print a new directory (under
@@ -37,9 +42,22 @@ want=("$@")
 [ ${#want[@]} -gt 0 ] || want=(lvm-agent guest.test lvm-devcluster devmapper.test lvmmeta.test)
 
 # Prebuilt daemons: hard links into OUT (same file system as the cache).
-assets=$("$root/scripts/kube-assets.sh")
+kube=() containerd=()
+for w in "${want[@]}"; do
+  case $w in
+    kubelet | kubectl | kube-scheduler | kube-controller-manager | kube-proxy) kube+=("$w") ;;
+    containerd | containerd-shim-runc-v2 | ctr) containerd+=("$w") ;;
+  esac
+done
+assets=$("$root/scripts/kube-assets.sh" "${kube[@]}")
 lvmd=$("$root/scripts/lvmd-build.sh")
-for f in "$assets/etcd" "$assets/kube-apiserver" "$lvmd/lvmd" "$lvmd/google-lvmd"; do
+prebuilt=("$assets/etcd" "$assets/kube-apiserver" "$lvmd/lvmd" "$lvmd/google-lvmd")
+for w in "${kube[@]}"; do prebuilt+=("$assets/$w"); done
+if [ ${#containerd[@]} -gt 0 ]; then
+  cdir=$("$root/scripts/containerd-build.sh")
+  for w in "${containerd[@]}"; do prebuilt+=("$cdir/$w"); done
+fi
+for f in "${prebuilt[@]}"; do
   ln -f "$f" "$OUT/" 2>/dev/null || cp -f "$f" "$OUT/"
 done
 
@@ -71,7 +89,8 @@ for w in "${want[@]}"; do
     lvm-devcluster) build lvm-devcluster build -tags guest "${flags[@]}" ./integration/guest/devcluster ;;
     devmapper.test) build devmapper.test test -c -tags guest "${flags[@]}" ./lvmbackend/devmapper ;;
     lvmmeta.test) build lvmmeta.test test -c -tags guest "${flags[@]}" ./lvmbackend/lvmmeta ;;
-    etcd | kube-apiserver | lvmd | google-lvmd) ;; # linked above
+    images) "$here/images.sh" "$OUT/images" >/dev/null || rc=1 ;;
+    etcd | kube-apiserver | lvmd | google-lvmd | kube* | containerd* | ctr) ;; # linked above
     *) log "unknown binary $w"; exit 2 ;;
   esac
 done
@@ -82,7 +101,7 @@ fi
 mkdir -p "$RUN"
 dir=$(mktemp -d "$RUN/files.XXXXXX")
 for w in "${want[@]}"; do
-  [ ! -f "$OUT/$w" ] || ln "$OUT/$w" "$dir/$w"
+  if [ -d "$OUT/$w" ]; then cp -al "$OUT/$w" "$dir/$w"; elif [ -f "$OUT/$w" ]; then ln "$OUT/$w" "$dir/$w"; fi
 done
 echo "$dir"
 exit $rc

@@ -1,0 +1,213 @@
+#!/usr/bin/env bash
+# A real one-node Kubernetes cluster inside the guest, every part real: etcd,
+# kube-apiserver, kube-controller-manager, kube-scheduler, containerd (runc,
+# the CNI bridge plugin), kubelet and kube-proxy (nftables mode), with
+# authentication and RBAC on. The images come from tarballs
+# (scripts/vm/images.sh) imported into containerd: nothing is pulled.
+#
+#   cluster.sh [--bin DIR] up      start it all, import the images, wait for the Node to be Ready
+#   cluster.sh [--bin DIR] down    stop it all
+#
+#   --bin DIR  the binaries of scripts/vm/guest-files.sh (/opt/lvm-agent), with images/ in it
+# Settings (environment):
+#   CLUSTER_DIR   state, logs and kubeconfigs (/var/lib/lvm-agent-cluster); the
+#                 admin kubeconfig is $CLUSTER_DIR/pki/admin.conf
+#   CLUSTER_WAIT  seconds each wait may take (600: TCG on a busy host)
+# The node is the guest's hostname; it has no network card, so its address is
+# on a dummy interface: pods reach the API server through the `kubernetes`
+# Service's ClusterIP (10.96.0.1), which kube-proxy maps to that address.
+set -euo pipefail
+
+bin=/opt/lvm-agent
+[ "${1:-}" != --bin ] || { bin=$2; shift 2; }
+DIR=${CLUSTER_DIR:-/var/lib/lvm-agent-cluster}
+WAIT=${CLUSTER_WAIT:-600}
+NODE=$(hostname)
+NODE_IP=192.168.222.2
+POD_CIDR=10.88.0.0/24
+SERVICE_CIDR=10.96.0.0/16
+PKI=$DIR/pki
+LOGS=$DIR/logs
+export PATH=$bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin
+export KUBECONFIG=$PKI/admin.conf
+
+log() { printf 'cluster: [%3d s] %s\n' "$SECONDS" "$*" >&2; }
+
+# daemon NAME ARGS...: NAME runs in the background, its output in $LOGS/NAME.log.
+daemon() {
+  local name=$1
+  shift
+  setsid "$@" </dev/null >>"$LOGS/$name.log" 2>&1 &
+  echo $! >"$DIR/$name.pid"
+}
+
+# until_ok WHAT COMMAND...: COMMAND succeeds within $WAIT s (each try at most
+# 30 s), or the last lines of every log.
+until_ok() {
+  local what=$1 deadline=$((SECONDS + WAIT))
+  shift
+  while [ $SECONDS -lt $deadline ]; do
+    timeout 30 "$@" >/dev/null 2>&1 && { log "$what"; return; }
+    sleep 0.5
+  done
+  log "FAILED: not $what within $WAIT s"
+  for f in "$LOGS"/*.log; do echo "--- $f" >&2; tail -n 15 "$f" >&2; done
+  return 1
+}
+
+network() {
+  # The node's address; the API server advertises it as the kubernetes Service's endpoint.
+  ip link add eth0 type dummy
+  ip addr add "$NODE_IP/24" dev eth0
+  ip link set eth0 up
+  echo 1 >/proc/sys/net/ipv4/ip_forward
+  echo 1 >/proc/sys/net/bridge/bridge-nf-call-iptables
+  : >>/etc/resolv.conf # kubelet gives pods the node's (empty) resolver configuration
+  # kubelet reports the node's machine ID (cAdvisor reads it).
+  [ -s /etc/machine-id ] || tr -d - </proc/sys/kernel/random/uuid >/etc/machine-id
+  mkdir -p /etc/cni/net.d
+  cat >/etc/cni/net.d/10-bridge.conflist <<EOF
+{"cniVersion": "1.0.0", "name": "guest", "plugins": [
+  {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+   "ipam": {"type": "host-local", "ranges": [[{"subnet": "$POD_CIDR"}]], "routes": [{"dst": "0.0.0.0/0"}]}}]}
+EOF
+}
+
+filesystems() {
+  grep -q ' /sys/fs/cgroup cgroup2 ' /proc/mounts || mount -t cgroup2 cgroup2 /sys/fs/cgroup
+  # overlayfs wants a real upper file system, and kubelet reports the
+  # capacity of the file systems its and containerd's state live on.
+  local d
+  for d in /var/lib/containerd /var/lib/kubelet /var/lib/etcd; do
+    mkdir -p "$d"
+    grep -q " $d " /proc/mounts || mount -t tmpfs tmpfs "$d"
+  done
+  # Volumes with mount propagation (kubelet checks) need a shared root.
+  mount --make-rshared / 2>/dev/null || true
+}
+
+containerd_up() {
+  mkdir -p /etc/containerd
+  # The guest's root is the initramfs, where pivot_root cannot work: runc
+  # enters each container's root with chroot-like MS_MOVE instead.
+  cat >/etc/containerd/config.toml <<EOF
+version = 3
+root = "/var/lib/containerd"
+state = "/run/containerd"
+[grpc]
+  address = "/run/containerd/containerd.sock"
+[plugins.'io.containerd.cri.v1.images'.pinned_images]
+  sandbox = "localhost/lvm-agent/pause:guest"
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+  NoPivotRoot = true
+  SystemdCgroup = false
+[plugins.'io.containerd.cri.v1.runtime'.cni]
+  bin_dirs = ["/usr/lib/cni"]
+  conf_dir = "/etc/cni/net.d"
+EOF
+  daemon containerd containerd --config /etc/containerd/config.toml
+  until_ok "containerd is serving" ctr version
+  local t
+  for t in "$bin"/images/*.tar; do
+    case $t in *-arm64.tar) continue ;; esac # the guest is amd64
+    ctr -n k8s.io images import --local "$t" >>"$LOGS/images.log" 2>&1 || ctr -n k8s.io images import "$t" >>"$LOGS/images.log" 2>&1
+  done
+  log "images imported: $(ctr -n k8s.io images ls -q | grep -c localhost/) ($(ctr -n k8s.io images ls -q | grep localhost/ | paste -sd' '))"
+}
+
+control_plane_up() {
+  daemon etcd etcd --data-dir /var/lib/etcd --unsafe-no-fsync \
+    --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
+    --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+    --initial-cluster default=http://127.0.0.1:2380
+  daemon kube-apiserver kube-apiserver --etcd-servers http://127.0.0.1:2379 \
+    --bind-address 0.0.0.0 --secure-port 6443 --advertise-address "$NODE_IP" \
+    --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
+    --client-ca-file "$PKI/ca.crt" \
+    --kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt" \
+    --kubelet-client-key "$PKI/apiserver-kubelet-client.key" \
+    --kubelet-preferred-address-types InternalIP \
+    --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file "$PKI/sa.key" --service-account-signing-key-file "$PKI/sa.key" \
+    --service-cluster-ip-range "$SERVICE_CIDR" \
+    --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
+    --allow-privileged=true
+}
+
+rest_up() {
+  daemon kube-controller-manager kube-controller-manager \
+    --kubeconfig "$PKI/controller-manager.conf" \
+    --authentication-kubeconfig "$PKI/controller-manager.conf" \
+    --authorization-kubeconfig "$PKI/controller-manager.conf" \
+    --bind-address 127.0.0.1 --leader-elect=false --use-service-account-credentials \
+    --root-ca-file "$PKI/ca.crt" --service-account-private-key-file "$PKI/sa.key" \
+    --cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key"
+  daemon kube-scheduler kube-scheduler --kubeconfig "$PKI/scheduler.conf" \
+    --authentication-kubeconfig "$PKI/scheduler.conf" \
+    --authorization-kubeconfig "$PKI/scheduler.conf" \
+    --bind-address 127.0.0.1 --leader-elect=false
+  cat >"$DIR/kubelet.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: $PKI/ca.crt}
+authorization: {mode: Webhook}
+cgroupDriver: cgroupfs
+containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
+failSwapOn: false
+resolvConf: /etc/resolv.conf
+# All in RAM: keep eviction from acting on the guest's small file systems.
+evictionHard: {memory.available: 50Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+serializeImagePulls: false
+EOF
+  daemon kubelet kubelet --config "$DIR/kubelet.yaml" --kubeconfig "$PKI/kubelet.conf" \
+    --node-ip "$NODE_IP" --hostname-override "$NODE"
+  cat >"$DIR/kube-proxy.yaml" <<EOF
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection: {kubeconfig: $PKI/kube-proxy.conf}
+mode: nftables
+clusterCIDR: $POD_CIDR
+hostnameOverride: $NODE
+conntrack: {maxPerCore: 0}
+EOF
+  daemon kube-proxy kube-proxy --config "$DIR/kube-proxy.yaml"
+}
+
+up() {
+  mkdir -p "$DIR" "$LOGS"
+  network
+  filesystems
+  lvm-devcluster pki --dir "$PKI" --node-ip "$NODE_IP" --node "$NODE" >&2
+  log "starting etcd and kube-apiserver (TCG: 1-2 min until ready); containerd meanwhile"
+  control_plane_up
+  containerd_up
+  until_ok "the API server is ready" kubectl get --raw /readyz
+  rest_up
+  until_ok "node $NODE is Ready" kubectl wait --for=condition=Ready "node/$NODE" --timeout=5s
+  # Pods reach the API server through the kubernetes Service (kube-proxy's
+  # rules) and get a service account (the controller-manager's).
+  until_ok "kube-proxy serves the kubernetes Service" nft list table ip kube-proxy
+  until_ok "namespace default has its service account" kubectl -n default get serviceaccount default
+}
+
+down() {
+  local n pid
+  for n in kube-proxy kubelet kube-scheduler kube-controller-manager containerd kube-apiserver etcd; do
+    pid=$(cat "$DIR/$n.pid" 2>/dev/null) || continue
+    kill "$pid" 2>/dev/null || true
+  done
+  log "stopped"
+}
+
+case ${1:-} in
+  up) up ;;
+  down) down ;;
+  *) sed -n '2,19s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
+esac

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Boots the test guest and runs scripts/guest/node.sh in it: a real
+# one-node Kubernetes cluster (scripts/guest/cluster.sh), a Pod, and
+# deploy/ applied as a user would, until the lvm-agent DaemonSet is Ready.
+#
+#   scripts/vm/node.sh [--timeout SECONDS] [-- NODE_SH_ARGS...]
+# Exit code: node.sh's (run.sh: 124 timeout, 125 no exit code).
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../.." && pwd)
+timeout=1500
+[ "${1:-}" != --timeout ] || { timeout=$2; shift 2; }
+[ "${1:-}" != -- ] || shift
+t0=$SECONDS
+
+files=$("$here/guest-files.sh" --stage etcd kube-apiserver kube-controller-manager kube-scheduler \
+  kubelet kubectl kube-proxy containerd containerd-shim-runc-v2 ctr lvm-devcluster images)
+trap 'rm -rf "$files"' EXIT
+cp -a "$root/deploy" "$files/deploy"
+echo "node: built in $((SECONDS - t0)) s; booting the guest (host load: $(cut -d' ' -f1-3 /proc/loadavg))"
+CACHE=${LVM_AGENT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lvm-agent}
+share=${LVM_AGENT_RUN:-$CACHE/run}/node-results
+rm -rf "$share" && mkdir -p "$share"
+rc=0
+"$here/run.sh" --mem "${LVM_AGENT_NODE_MEM:-4G}" --cpus 2 --timeout "$timeout" --files "$files" --share "$share" -- \
+  bash /opt/lvm-agent/guest/node.sh --bin /opt/lvm-agent "$@" || rc=$?
+[ $rc -eq 0 ] || echo "node: the cluster's logs: $share/cluster-logs"
+echo "node: $([ $rc -eq 0 ] && echo OK || echo "FAILED (exit $rc)") in $((SECONDS - t0)) s"
+exit $rc
