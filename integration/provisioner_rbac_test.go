@@ -75,7 +75,7 @@ func TestProvisionerRBAC(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, lvs, 1)
 		// The claim is gone and the PV released, as the PV controller would say.
-		require.NoError(t, admin.CoreV1().PersistentVolumeClaims("default").Delete(ctx, "prov-rbac", metav1.DeleteOptions{}))
+		require.NoError(t, harness.RemoveClaim(ctx, admin, "default", "prov-rbac", pv.Spec.ClaimRef.UID))
 		pv.Status.Phase = corev1.VolumeReleased
 		_, err = admin.CoreV1().PersistentVolumes().UpdateStatus(ctx, pv, metav1.UpdateOptions{})
 		require.NoError(t, err)
