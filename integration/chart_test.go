@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -18,7 +19,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/lvm-agent/lvm-agent/integration/harness"
+	"github.com/lvm-agent/lvm-agent/kube"
 )
 
 var chartDir = filepath.Join("..", "charts", "lvm-agent")
@@ -263,5 +269,64 @@ func TestChartValues(t *testing.T) {
 	for _, o := range renderChart(t, "provisioner.enabled=false", "admission.enabled=false") {
 		assert.NotContains(t, []string{"Deployment", "CSIDriver", "Role", "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
 			o.GetKind(), "%s %s rendered with provisioner and admission off", o.GetKind(), o.GetName())
+	}
+}
+
+// The chart installed in another namespace, on a real API server: its
+// policies let that release's provisioner ask and its agent answer, and
+// refuse deploy/base's users (namespace lvm-agent). A control plane of its
+// own, which authorizes every request (harness.StartDevCluster): the
+// policies bind every user, and what is refused here is refused by
+// admission alone.
+func TestChartAdmissionEnforced(t *testing.T) {
+	ctx := context.Background()
+	acp, err := harness.StartDevCluster("", t.TempDir(), 2*time.Minute)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = acp.Env.Stop() })
+	_, err = acp.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "storage"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	serverSideApply(t, acp, renderChartIn(t, "storage", "admission.adminGroup=storage-admins"))
+	harness.PVC(t, acp.Client, "default", "chart-vol", "node-a")
+
+	const (
+		agentHere       = "system:serviceaccount:storage:lvm-agent"
+		provisionerHere = "system:serviceaccount:storage:lvm-agent-provisioner"
+	)
+	request := kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreating, kube.AnnSpec: `{"volumeGroup":"vg1","name":"x","size":4096}`})
+	created := kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreated, kube.AnnDevice: "/dev/vg1/x"})
+	patch := func(user string, ann kube.Change) error {
+		_, err := kube.UpdatePvcWithAnnotations(ctx, impersonate(t, acp, user), "default", "chart-vol", "", ann, nil)
+		return err
+	}
+	// The policies take effect a moment after they are stored.
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := impersonate(t, acp, provisionerUser).CoreV1().PersistentVolumeClaims("default").Patch(ctx, "chart-vol", types.MergePatchType,
+			[]byte(`{"metadata":{"annotations":{"`+kube.AnnLifecycle+`":"creating"}}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		return apierrors.IsForbidden(err), nil
+	}), "the chart's policy never refused a request")
+
+	// In order: each step starts from the state the one before left.
+	for _, tc := range []struct {
+		name string
+		user string
+		ann  kube.Change
+		want string // in the refusal; "" is allowed
+	}{
+		{"deploy/base's provisioner asks", provisionerUser, request,
+			deniedProtocol + "only the lvm-agent provisioner (" + provisionerHere + ") or members of group storage-admins may ask for volumes"},
+		{"this release's provisioner asks", provisionerHere, request, ""},
+		{"deploy/base's agent answers", agentUser, created,
+			deniedProtocol + "only the lvm-agent agent (" + agentHere + ") answers volume requests"},
+		{"this release's agent answers", agentHere, created, ""},
+	} {
+		err := patch(tc.user, tc.ann)
+		if tc.want == "" {
+			assert.NoError(t, err, tc.name)
+			continue
+		}
+		if assert.Error(t, err, tc.name) {
+			assert.True(t, apierrors.IsForbidden(err), "%s: %v", tc.name, err)
+			assert.Contains(t, err.Error(), tc.want, tc.name)
+		}
 	}
 }
