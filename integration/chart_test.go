@@ -8,16 +8,23 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/lvm-agent/lvm-agent/integration/harness"
+	"github.com/lvm-agent/lvm-agent/kube"
 )
 
 var chartDir = filepath.Join("..", "charts", "lvm-agent")
@@ -46,7 +53,13 @@ func helm(t *testing.T, args ...string) ([]byte, error) {
 // lvm-agent, with --set values.
 func renderChart(t *testing.T, sets ...string) []*unstructured.Unstructured {
 	t.Helper()
-	args := []string{"template", "lvm-agent", chartDir, "--namespace", "lvm-agent"}
+	return renderChartIn(t, "lvm-agent", sets...)
+}
+
+// renderChartIn renders the chart as release lvm-agent in namespace ns.
+func renderChartIn(t *testing.T, ns string, sets ...string) []*unstructured.Unstructured {
+	t.Helper()
+	args := []string{"template", "lvm-agent", chartDir, "--namespace", ns}
 	for _, s := range sets {
 		args = append(args, "--set", s)
 	}
@@ -76,6 +89,7 @@ func TestChartModes(t *testing.T) {
 			objs := renderChart(t, "lvmd.mode="+tc.mode)
 			checkCommon(t, objs)
 			tc.check(t, objs)
+			checkChartProvisioner(t, objs)
 			dryRunApply(t, objs)
 		})
 	}
@@ -96,13 +110,99 @@ func checkNoLVMD(t *testing.T, objs []*unstructured.Unstructured) {
 	assert.Contains(t, args, "--lvmd-address=127.0.0.1:1234")
 }
 
-// The chart's rules are deploy/base's, which integration/rbac_test.go
-// proves are enough and no more.
+// The provisioner's Deployment, in the release's namespace, runs as a
+// ServiceAccount of the chart bound to its roles there, with flags the
+// binary knows; the CSIDriver and the agents' --provisioner-name are its name.
+func checkChartProvisioner(t *testing.T, objs []*unstructured.Unstructured) {
+	d := deployTyped[appsv1.Deployment](t, deployFind(t, objs, "Deployment", "lvm-agent-provisioner"))
+	assert.Equal(t, "lvm-agent", d.Namespace)
+	assert.Equal(t, ptrTo(int32(2)), d.Spec.Replicas)
+	pod := d.Spec.Template.Spec
+	sa := deployTyped[corev1.ServiceAccount](t, deployFind(t, objs, "ServiceAccount", pod.ServiceAccountName))
+	assert.Equal(t, d.Namespace, sa.Namespace)
+	want := rbacv1.Subject{Kind: "ServiceAccount", Name: sa.Name, Namespace: sa.Namespace}
+	crb := deployTyped[rbacv1.ClusterRoleBinding](t, deployFind(t, objs, "ClusterRoleBinding", "lvm-agent-provisioner"))
+	assert.Equal(t, []rbacv1.Subject{want}, crb.Subjects)
+	rb := deployTyped[rbacv1.RoleBinding](t, deployFind(t, objs, "RoleBinding", "lvm-agent-provisioner"))
+	assert.Equal(t, []rbacv1.Subject{want}, rb.Subjects)
+	assert.Equal(t, d.Namespace, rb.Namespace)
+
+	c := podContainer(t, pod, "provisioner")
+	assert.Equal(t, "ghcr.io/lvm-agent/lvm-agent:dev", c.Image)
+	args := expandKube(t, c.Args, map[string]string{"POD_NAMESPACE": d.Namespace})
+	require.NotEmpty(t, args)
+	assert.Equal(t, "provisioner", args[0])
+	checkAgentFlags(t, args)
+	name := flagValue(args, "name")
+	assert.Equal(t, "lvm.lvm-agent.io", name)
+	csi := deployTyped[storagev1.CSIDriver](t, deployFind(t, objs, "CSIDriver", name))
+	assert.Equal(t, ptrTo(true), csi.Spec.StorageCapacity)
+	ds := deployTyped[appsv1.DaemonSet](t, deployFind(t, objs, "DaemonSet", "lvm-agent"))
+	assert.Equal(t, name, flagValue(podContainer(t, ds.Spec.Template.Spec, "lvm-agent").Args, "provisioner-name"))
+}
+
+// The chart's rules are deploy/base's, which integration/rbac_test.go and
+// integration/provisioner_rbac_test.go prove are enough and no more.
 func TestChartRBACIsDeploys(t *testing.T) {
-	rules := func(objs []*unstructured.Unstructured) []rbacv1.PolicyRule {
-		return deployTyped[rbacv1.ClusterRole](t, deployFind(t, objs, "ClusterRole", "lvm-agent")).Rules
+	base, chart := renderKustomization(t, filepath.Join(deployDir(), "base")), renderChart(t)
+	for _, name := range []string{"lvm-agent", "lvm-agent-provisioner"} {
+		rules := func(objs []*unstructured.Unstructured) []rbacv1.PolicyRule {
+			return deployTyped[rbacv1.ClusterRole](t, deployFind(t, objs, "ClusterRole", name)).Rules
+		}
+		assert.Equal(t, rules(base), rules(chart), "ClusterRole %s", name)
 	}
-	assert.Equal(t, rules(renderKustomization(t, filepath.Join(deployDir(), "base"))), rules(renderChart(t)))
+	role := func(objs []*unstructured.Unstructured) []rbacv1.PolicyRule {
+		return deployTyped[rbacv1.Role](t, deployFind(t, objs, "Role", "lvm-agent-provisioner")).Rules
+	}
+	assert.Equal(t, role(base), role(chart), "Role lvm-agent-provisioner")
+}
+
+// The chart's admission policies and bindings are deploy/base's but for who
+// is who (the variables agent, provisioner and adminGroup), which follow
+// the release's namespace, ServiceAccounts and admission.adminGroup; each
+// rendering applies (dry run) to the real API server.
+func TestChartAdmissionIsDeploys(t *testing.T) {
+	base := readManifests(t, filepath.Join(deployDir(), "base", "admission.yaml"))
+	for _, tc := range []struct {
+		ns                        string
+		sets                      []string
+		agent, provisioner, group string
+	}{
+		{"lvm-agent", nil, agentUser, provisionerUser, adminGroup},
+		{"storage", []string{"serviceAccount.name=agent", "provisioner.serviceAccount.name=prov", "admission.adminGroup=storage-admins"},
+			"system:serviceaccount:storage:agent", "system:serviceaccount:storage:prov", "storage-admins"},
+	} {
+		t.Run(tc.ns, func(t *testing.T) {
+			chart := renderChartIn(t, tc.ns, tc.sets...)
+			who := map[string]string{"agent": tc.agent, "provisioner": tc.provisioner, "adminGroup": tc.group}
+			n := 0
+			for _, o := range chart {
+				if strings.HasPrefix(o.GetKind(), "ValidatingAdmissionPolicy") {
+					n++
+				}
+			}
+			assert.Equal(t, len(base), n, "the chart has deploy/base's admission objects, no more")
+			for _, b := range base {
+				spec := deployFind(t, chart, b.GetKind(), b.GetName()).DeepCopy().Object["spec"].(map[string]any)
+				vars, _ := spec["variables"].([]any)
+				baseVars, _ := b.Object["spec"].(map[string]any)["variables"].([]any)
+				require.Len(t, vars, len(baseVars), "%s %s", b.GetKind(), b.GetName())
+				for i, v := range vars {
+					v, bv := v.(map[string]any), baseVars[i].(map[string]any)
+					if w, ok := who[v["name"].(string)]; ok {
+						assert.Equal(t, "'"+w+"'", v["expression"], "%s: variable %s", b.GetName(), v["name"])
+						v["expression"] = bv["expression"]
+					}
+				}
+				assert.Equal(t, b.Object["spec"], spec, "%s %s", b.GetKind(), b.GetName())
+			}
+			_, err := cp.Client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: tc.ns}}, metav1.CreateOptions{})
+			if !apierrors.IsAlreadyExists(err) {
+				require.NoError(t, err)
+			}
+			dryRunApply(t, chart)
+		})
+	}
 }
 
 func TestChartValues(t *testing.T) {
@@ -150,4 +250,83 @@ func TestChartValues(t *testing.T) {
 	args := expandKube(t, a.Args, map[string]string{"NODE_NAME": "node-1", "LVM_AGENT_DEVICE_CLASS_MAP": ""})
 	assert.Contains(t, args, "--watch-mode=labelled")
 	checkAgentFlags(t, args)
+
+	// The provisioner's values, and both parts off.
+	prov := renderChart(t, "provisioner.replicas=3", "provisioner.name=lvm.example.com", "provisioner.extraArgs={--workers=8}",
+		"provisioner.resources.limits.memory=1Gi")
+	d := deployTyped[appsv1.Deployment](t, deployFind(t, prov, "Deployment", "lvm-agent-provisioner"))
+	assert.Equal(t, ptrTo(int32(3)), d.Spec.Replicas)
+	p := podContainer(t, d.Spec.Template.Spec, "provisioner")
+	mem = p.Resources.Limits[corev1.ResourceMemory]
+	assert.Equal(t, "1Gi", mem.String())
+	pargs := expandKube(t, p.Args, map[string]string{"POD_NAMESPACE": "lvm-agent"})
+	assert.Equal(t, "lvm.example.com", flagValue(pargs, "name"))
+	assert.Contains(t, pargs, "--workers=8")
+	checkAgentFlags(t, pargs)
+	deployFind(t, prov, "CSIDriver", "lvm.example.com")
+	provDS := deployTyped[appsv1.DaemonSet](t, deployFind(t, prov, "DaemonSet", "lvm-agent"))
+	assert.Contains(t, agent(*provDS).Args, "--provisioner-name=lvm.example.com", "the agents serve its PVs")
+	for _, o := range renderChart(t, "provisioner.enabled=false", "admission.enabled=false") {
+		assert.NotContains(t, []string{"Deployment", "CSIDriver", "Role", "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
+			o.GetKind(), "%s %s rendered with provisioner and admission off", o.GetKind(), o.GetName())
+	}
+}
+
+// The chart installed in another namespace, on a real API server: its
+// policies let that release's provisioner ask and its agent answer, and
+// refuse deploy/base's users (namespace lvm-agent). A control plane of its
+// own, which authorizes every request (harness.StartDevCluster): the
+// policies bind every user, and what is refused here is refused by
+// admission alone.
+func TestChartAdmissionEnforced(t *testing.T) {
+	ctx := context.Background()
+	acp, err := harness.StartDevCluster("", t.TempDir(), 2*time.Minute)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = acp.Env.Stop() })
+	_, err = acp.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "storage"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	serverSideApply(t, acp, renderChartIn(t, "storage", "admission.adminGroup=storage-admins"))
+	harness.PVC(t, acp.Client, "default", "chart-vol", "node-a")
+
+	const (
+		agentHere       = "system:serviceaccount:storage:lvm-agent"
+		provisionerHere = "system:serviceaccount:storage:lvm-agent-provisioner"
+	)
+	request := kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreating, kube.AnnSpec: `{"volumeGroup":"vg1","name":"x","size":4096}`})
+	created := kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreated, kube.AnnDevice: "/dev/vg1/x"})
+	patch := func(user string, ann kube.Change) error {
+		_, err := kube.UpdatePvcWithAnnotations(ctx, impersonate(t, acp, user), "default", "chart-vol", "", ann, nil)
+		return err
+	}
+	// The policies take effect a moment after they are stored.
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := impersonate(t, acp, provisionerUser).CoreV1().PersistentVolumeClaims("default").Patch(ctx, "chart-vol", types.MergePatchType,
+			[]byte(`{"metadata":{"annotations":{"`+kube.AnnLifecycle+`":"creating"}}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		return apierrors.IsForbidden(err), nil
+	}), "the chart's policy never refused a request")
+
+	// In order: each step starts from the state the one before left.
+	for _, tc := range []struct {
+		name string
+		user string
+		ann  kube.Change
+		want string // in the refusal; "" is allowed
+	}{
+		{"deploy/base's provisioner asks", provisionerUser, request,
+			deniedProtocol + "only the lvm-agent provisioner (" + provisionerHere + ") or members of group storage-admins may ask for volumes"},
+		{"this release's provisioner asks", provisionerHere, request, ""},
+		{"deploy/base's agent answers", agentUser, created,
+			deniedProtocol + "only the lvm-agent agent (" + agentHere + ") answers volume requests"},
+		{"this release's agent answers", agentHere, created, ""},
+	} {
+		err := patch(tc.user, tc.ann)
+		if tc.want == "" {
+			assert.NoError(t, err, tc.name)
+			continue
+		}
+		if assert.Error(t, err, tc.name) {
+			assert.True(t, apierrors.IsForbidden(err), "%s: %v", tc.name, err)
+			assert.Contains(t, err.Error(), tc.want, tc.name)
+		}
+	}
 }
