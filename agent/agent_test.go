@@ -518,3 +518,19 @@ func TestTransientErrorRetried(t *testing.T) {
 	assert.NotContains(t, ann, kube.AnnError)
 	assert.NotContains(t, ann, kube.AnnReason)
 }
+
+// A claim owns at most one LV on the node, whatever device class a
+// re-request names.
+func TestCreateSecondLVInAnotherClass(t *testing.T) {
+	e := start(t, Config{})
+	_, err := e.lvm.Create("thick", "lv0", 4096, []string{OwnerTag("default-pvc-uid")})
+	require.NoError(t, err)
+	e.pvc(t, "default", "pvc", node, spec(`{"volumeGroup":"thin","name":"lv1","size":4096}`))
+	ann := e.waitPVC(t, "default", "pvc")
+	assert.Equal(t, kube.StateFailed, ann[kube.AnnLifecycle])
+	assert.Equal(t, kube.ReasonVolumeMismatch, ann[kube.AnnReason])
+	assert.Contains(t, ann[kube.AnnError], "thick/lv0")
+	lvs, err := e.lvm.List("thin")
+	require.NoError(t, err)
+	assert.Empty(t, lvs, "no second LV")
+}

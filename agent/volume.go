@@ -127,6 +127,9 @@ func (a *Agent) create(ctx context.Context, pvc *corev1.PersistentVolumeClaim, s
 			return out
 		}
 	}
+	if out, found := a.elsewhere(ctx, t, tag); found {
+		return out
+	}
 	req := lvmbackend.CreateRequest{DeviceClass: t.deviceClass, Name: t.name, SizeBytes: spec.Size,
 		Tags: append(append([]string(nil), spec.Tags...), tag)}
 	if spec.Striping {
@@ -181,6 +184,38 @@ func (a *Agent) existing(ctx context.Context, lv *lvmbackend.Volume, spec kube.C
 		return fail(kube.ReasonVolumeMismatch, fmt.Errorf("LV %s of this PVC is %d bytes, smaller than the %d asked; it is not resized", t, lv.SizeBytes, spec.Size)), true
 	}
 	return a.created(ctx, lv), true
+}
+
+// elsewhere finds this claim's LV in the node's other device classes: a
+// claim owns at most one LV on a node, so a re-request for another volume
+// group is refused, not answered with a second LV. A class that cannot be
+// listed for any reason but lvmd being down (google/lvmd cannot list a VG
+// that holds a thin pool) is logged and passed over, so that it cannot
+// block every create on the node.
+func (a *Agent) elsewhere(ctx context.Context, t target, tag string) (outcome, bool) {
+	caps, err := a.backend.Capacity(ctx)
+	if err != nil {
+		return retry(err), true
+	}
+	for _, c := range caps {
+		if c.DeviceClass == t.deviceClass {
+			continue
+		}
+		lvs, err := a.backend.ListVolumes(ctx, c.DeviceClass)
+		switch {
+		case errors.Is(err, lvmbackend.ErrUnavailable):
+			return retry(err), true
+		case err != nil:
+			klog.ErrorS(err, "Device class not checked for a second LV of the claim", "deviceClass", c.DeviceClass, "lv", t)
+			continue
+		}
+		for _, lv := range lvs {
+			if lv.HasTag(tag) {
+				return fail(kube.ReasonVolumeMismatch, fmt.Errorf("this PVC already has LV %s/%s; a claim owns at most one LV on a node, so none is made in device class %q", c.DeviceClass, lv.Name, t.deviceClass)), true
+			}
+		}
+	}
+	return outcome{}, false
 }
 
 // remove deletes a PV's LV if, and only if, it is ours to delete: a plain
