@@ -126,6 +126,8 @@ func (w *world) checks(extra ...*check) []*check {
 	writes := &check{name: "no object written after its final state"}
 	twice := &check{name: "no claim with two LVs"}
 	open := &check{name: "no request left open without an error"}
+	unanswered := &check{name: "no answer to a request labelled for the node but owned by none"}
+	misdirected := map[objKey]bool{}
 
 	byOwner := map[types.UID][]lvmdfake.LV{}
 	for _, lv := range w.lvs {
@@ -166,6 +168,14 @@ func (w *world) checks(extra ...*check) []*check {
 				if l.state != req.state || l.rv != r.finalRV {
 					listed.fail("%s: listed %s at rv %s; final %s was seen at rv %s", req.key, l.state, l.rv, r.state, r.finalRV)
 				}
+			}
+		}
+		if v.kind == kindMisdirected {
+			k := objKey{"pv", "", v.pv}
+			misdirected[k] = true
+			unanswered.checked++
+			if r, ok := w.records[k]; ok && r.final != nil {
+				unanswered.fail("%s: %s was answered %s/%s (error: %s)", v, k, r.state, r.reason, r.errMsg)
 			}
 		}
 		// No LV is removed unless its claim let go of it (claim deleted,
@@ -228,6 +238,9 @@ func (w *world) checks(extra ...*check) []*check {
 		}
 	}
 	for k, l := range w.listed {
+		if misdirected[k] {
+			continue // nobody's to answer: checked above
+		}
 		open.checked++
 		if (l.state == kube.StateCreating || l.state == kube.StateDeleting) && l.errMsg == "" {
 			open.fail("%s is %s, with no error", k, l.state)
@@ -265,7 +278,7 @@ func (w *world) checks(extra ...*check) []*check {
 			writes.fail("%s written after its final state %s: %s", k, r.state, wr)
 		}
 	}
-	return append([]*check{final, listed, one, gone, failedNoLV, owned, early, untouched, writes, twice, open}, extra...)
+	return append([]*check{final, listed, one, gone, failedNoLV, owned, early, untouched, writes, twice, open, unanswered}, extra...)
 }
 
 func first(a, _ string) string  { return a }

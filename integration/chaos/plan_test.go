@@ -71,16 +71,21 @@ const (
 	// no claim left) asks for deletion; the agents run with
 	// --allow-untagged-delete: deleted.
 	kindLegacy
+	// kindMisdirected: created, then a PV bound to the live claim, whose
+	// node affinity names another node but whose volume.node label names
+	// this one, asks for its LV's deletion: the label never makes an agent
+	// the owner, so no agent answers, and the LV stays.
+	kindMisdirected
 	numKinds
 )
 
 var kindNames = [numKinds]string{"full", "keep", "abandon", "invalid", "conflict", "too-big", "protected",
-	"recreate", "retry", "renamed", "resized", "stealer", "terminating", "legacy"}
+	"recreate", "retry", "renamed", "resized", "stealer", "terminating", "legacy", "misdirected"}
 
 func (k kind) String() string { return kindNames[k] }
 
 // weights of the kinds in a plan, in percent.
-var kindWeights = [numKinds]int{40, 18, 7, 4, 3, 3, 3, 4, 4, 3, 3, 3, 3, 2}
+var kindWeights = [numKinds]int{38, 18, 7, 4, 3, 3, 3, 4, 4, 3, 3, 3, 3, 2, 2}
 
 // hostileSpecs are the specs of kindInvalid volumes.
 var hostileSpecs = []string{
@@ -144,7 +149,7 @@ func (v *volume) lvSize() uint64 {
 // on the PVC and the PV ("" when it asks nothing, or cannot see the answer).
 func (v *volume) wantCreate() (state, reason string) {
 	switch v.kind {
-	case kindFull, kindKeep, kindRecreate, kindRetry, kindStealer:
+	case kindFull, kindKeep, kindRecreate, kindRetry, kindStealer, kindMisdirected:
 		return kube.StateCreated, ""
 	case kindRenamed, kindResized:
 		return kube.StateFailed, kube.ReasonVolumeMismatch
@@ -176,7 +181,7 @@ func (v *volume) wantDelete() (state, reason string) {
 // which nothing may ever remove.
 func (v *volume) keeps() bool {
 	switch v.kind {
-	case kindKeep, kindRecreate, kindRetry, kindRenamed, kindResized, kindStealer:
+	case kindKeep, kindRecreate, kindRetry, kindRenamed, kindResized, kindStealer, kindMisdirected:
 		return true
 	}
 	return false

@@ -109,6 +109,12 @@ func (p *provisioner) lifecycle(ctx context.Context, v *volume) error {
 		}
 		sleep(ctx, v.dwell)
 		return p.remove(ctx, v, string(v.uid)) // the claim stays
+	case kindMisdirected:
+		if err := p.createWith(ctx, v, v.createSpec(), 1); err != nil {
+			return err
+		}
+		sleep(ctx, v.dwell)
+		return p.misdirect(ctx, v)
 	}
 	switch v.kind {
 	case kindAbandon:
@@ -247,6 +253,23 @@ func (p *provisioner) remove(ctx context.Context, v *volume, claimUID string) er
 		}
 		sleep(ctx, 200*time.Millisecond)
 	}
+}
+
+// misdirect makes kindMisdirected's PV: bound to the live claim, its node
+// affinity naming another node, its volume.node label this one, created
+// already asking for the deletion of the claim's LV.
+func (p *provisioner) misdirect(ctx context.Context, v *volume) error {
+	claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: v.ns, Name: v.pvc, UID: v.uid}}
+	pv := harness.NewPV(v.pv, p.node+"-elsewhere", kube.DefaultDriver, claim, v.class+"/"+v.lv)
+	pv.Labels = map[string]string{kube.LabelNode: kube.NodeLabelValue(p.node)}
+	pv.Annotations[kube.AnnLifecycle] = kube.StateDeleting
+	return retry(ctx, func(ctx context.Context) error {
+		_, err := p.c.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	})
 }
 
 // writeRequest writes "creating" with a spec as it is, which the helper
