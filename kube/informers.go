@@ -190,7 +190,7 @@ func trimMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
 // none of them.
 var (
 	keptAnnotations = []string{AnnLifecycle, AnnSpec, AnnError, AnnReason, AnnDevice, AnnSelectedNode,
-		"pv.kubernetes.io/provisioned-by"}
+		AnnProvisionedBy}
 	keptLabels = []string{LabelNode}
 )
 
