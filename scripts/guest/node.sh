@@ -11,7 +11,9 @@
 # Then the rest of issue 13's scenario, each step against `lvm lvs` and the
 # objects: a volumeMode: Block PVC whose Pod writes and reads raw bytes (the
 # node reads them on the LV too); a PVC larger than vg1 stays Pending with a
-# FailedScheduling/ProvisioningFailed event and no LV.
+# FailedScheduling/ProvisioningFailed event and no LV; ten PVCs and Pods in one
+# apply while the agent's Pod is deleted, all Bound with exactly one LV tagged
+# with each claim's UID.
 #
 #   node.sh [--bin DIR]   DIR: guest-files.sh's binaries, images/ and deploy/ (/opt/lvm-agent)
 # Exit code 0 only when every step worked.
@@ -190,5 +192,26 @@ show lvm lvs vg1
 [ -z "$(lvm lvs --noheadings vg1)" ]
 show kubectl delete pod huge --wait
 show kubectl delete pvc huge --wait
+
+step "Ten PVCs and Pods at once while the agent's Pod is deleted"
+for i in $(seq 1 10); do
+  pvc_yaml "many-$i" 64Mi lvm-thick Filesystem many
+  pod_yaml "many-$i" "echo claim $i >/data/file && sync /data/file" "many-$i" many
+done >"$CLUSTER_DIR/many.yaml"
+echo "\$ kubectl apply -f many.yaml   # ten PVCs many-1..10 of 64Mi, ten Pods using them"
+kubectl apply -f "$CLUSTER_DIR/many.yaml"
+show kubectl -n lvm-agent delete pod -l app.kubernetes.io/name=lvm-agent
+show kubectl -n lvm-agent rollout status daemonset/lvm-agent --timeout=600s
+show kubectl wait --for=condition=Ready pod -l app=many --timeout=900s
+show kubectl get pvc -l app=many
+show lvm lvs -o lv_name,lv_size,lv_tags vg1
+for i in $(seq 1 10); do
+  [ "$(kubectl get pvc "many-$i" -o jsonpath='{.status.phase}')" = Bound ] || { echo "pvc/many-$i not Bound"; false; }
+  n=$(owned "many-$i")
+  [ "$n" = 1 ] || { echo "pvc/many-$i: $n LVs carry its tag"; false; }
+  within 120 "file in pod/many-$i" eval '[ "$(kubectl exec "many-$i" -- cat /data/file 2>/dev/null)" = "claim $i" ]'
+done
+[ "$(lvm lvs --noheadings vg1 | wc -l)" = 10 ]
+echo "node: ten claims Bound, exactly one LV each"
 
 step "node: OK"
