@@ -13,7 +13,7 @@
 # node reads them on the LV too); a PVC larger than vg1 stays Pending with a
 # FailedScheduling/ProvisioningFailed event and no LV; ten PVCs and Pods in one
 # apply while the agent's Pod is deleted, all Bound with exactly one LV tagged
-# with each claim's UID.
+# with each claim's UID; all ten deleted until their PVs and LVs are gone.
 #
 #   node.sh [--bin DIR]   DIR: guest-files.sh's binaries, images/ and deploy/ (/opt/lvm-agent)
 # Exit code 0 only when every step worked.
@@ -213,5 +213,15 @@ for i in $(seq 1 10); do
 done
 [ "$(lvm lvs --noheadings vg1 | wc -l)" = 10 ]
 echo "node: ten claims Bound, exactly one LV each"
+
+step "All ten deleted: the PVs released, deleted, gone; no LV left"
+pvs=$(kubectl get pvc -l app=many -o jsonpath='{range .items[*]}pv/{.spec.volumeName} {end}')
+show kubectl delete pod -l app=many --wait
+show kubectl delete pvc -l app=many --wait
+show kubectl get pv
+# shellcheck disable=SC2086 # one word per PV
+show kubectl wait --for=delete $pvs --timeout=900s
+show lvm lvs vg1
+[ -z "$(lvm lvs --noheadings vg1)" ]
 
 step "node: OK"
