@@ -13,7 +13,9 @@
 # node reads them on the LV too); a PVC larger than vg1 stays Pending with a
 # FailedScheduling/ProvisioningFailed event and no LV; ten PVCs and Pods in one
 # apply while the agent's Pod is deleted, all Bound with exactly one LV tagged
-# with each claim's UID; all ten deleted until their PVs and LVs are gone.
+# with each claim's UID; all ten deleted until their PVs and LVs are gone; a
+# Retain class (thick on vg1: the guest's lvmd config has no thin class)
+# keeps its LV, tagged lvm-agent.retained, with the PV Released.
 #
 #   node.sh [--bin DIR]   DIR: guest-files.sh's binaries, images/ and deploy/ (/opt/lvm-agent)
 # Exit code 0 only when every step worked.
@@ -224,4 +226,26 @@ show kubectl wait --for=delete $pvs --timeout=900s
 show lvm lvs vg1
 [ -z "$(lvm lvs --noheadings vg1)" ]
 
+step "A Retain class (thick, on vg1: the guest's lvmd serves no thin class) keeps its LV"
+kubectl apply -f - <<'YAML'
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: lvm-thick-retain}
+provisioner: lvm.lvm-agent.io
+volumeBindingMode: WaitForFirstConsumer
+reclaimPolicy: Retain
+parameters: {volumeGroup: vg1, fsType: ext4}
+YAML
+pvc kept 64Mi lvm-thick-retain
+pod keeper 'echo kept >/data/file && sync /data/file' kept
+show kubectl wait --for=condition=Ready pod/keeper --timeout=600s
+pv=$(kubectl get pvc kept -o jsonpath='{.spec.volumeName}')
+uid=$(kubectl get pvc kept -o jsonpath='{.metadata.uid}')
+show kubectl delete pod keeper --wait
+show kubectl delete pvc kept --wait
+show kubectl wait --for=jsonpath='{.status.phase}'=Released "pv/$pv" --timeout=600s
+show kubectl get pv "$pv"
+show lvm lvs -o lv_name,lv_size,lv_tags vg1
+tags=,$(lvm lvs --noheadings -o lv_tags vg1 | tr -d ' '),  # the only LV
+[[ $tags == *",lvm-agent.pvc.$uid,"* && $tags == *,lvm-agent.retained,* ]]
 step "node: OK"
