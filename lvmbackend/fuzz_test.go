@@ -18,7 +18,8 @@ import (
 var (
 	nameChars = regexp.MustCompile(`^[A-Za-z0-9+_.][A-Za-z0-9+_.-]{0,126}$`)
 	tagChars  = regexp.MustCompile(`^[A-Za-z0-9_+./=!:#&][A-Za-z0-9_+./=!:#&-]*$`)
-	reserved  = regexp.MustCompile(`_(cdata|cmeta|corig|mimage|mlog|pmspare|rimage|rmeta|tdata|tmeta|vorigin|vdata)`)
+	// lvm2's lib/misc/lvm-string.c: component suffixes, plus _pmspare and _vorigin.
+	reserved = regexp.MustCompile(`_(c(data|meta|orig|pool|vol)|wcorig|i(meta|orig)|m(image|log)|r(image|meta)|t(data|meta)|vdata|pmspare|vorigin)`)
 )
 
 func lvmAcceptsName(n string) bool {
