@@ -232,7 +232,7 @@ const (
 // sync handles one request. Its context is not the agent's: an operation that
 // has started runs to its end (bounded by OpTimeout) even during shutdown.
 func (a *Agent) sync(k Key) syncResult {
-	obj := a.DSW.Get(k)
+	obj, seen := a.DSW.get(k)
 	if obj == nil {
 		return syncDone
 	}
@@ -240,17 +240,18 @@ func (a *Agent) sync(k Key) syncResult {
 	if a.ASW.IsAnswered(k, m.GetResourceVersion()) {
 		return syncDone // the informer has not shown our answer yet
 	}
+	r := req{key: k, obj: obj, seen: seen}
 	var t target
-	var spec kube.CreateSpec
+	var op func(context.Context) outcome
 	var err error
 	switch o := obj.(type) {
 	case *corev1.PersistentVolumeClaim:
-		spec, t, err = a.createTarget(o)
+		t, op, err = a.createStep(o)
 	case *corev1.PersistentVolume:
-		t, err = a.deleteTarget(o)
+		t, op, err = a.deleteStep(o)
 	}
 	if err != nil {
-		return a.answer(k, obj, fail(kube.ReasonInvalidSpec, err), time.Now())
+		return a.answer(r, fail(kube.ReasonInvalidSpec, err), time.Now())
 	}
 	if !a.acquire(t) {
 		return syncBusy
@@ -259,14 +260,27 @@ func (a *Agent) sync(k Key) syncResult {
 	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.OpTimeout)
 	defer cancel()
 	start := time.Now()
-	var out outcome
-	switch o := obj.(type) {
-	case *corev1.PersistentVolumeClaim:
-		out = a.create(ctx, o, spec, t)
-	case *corev1.PersistentVolume:
-		out = a.remove(ctx, o, t)
-	}
-	return a.answer(k, obj, out, start)
+	return a.answer(r, op(ctx), start)
+}
+
+// req is a request being handled: its object as last seen and when it was
+// first seen open.
+type req struct {
+	key  Key
+	obj  runtime.Object
+	seen time.Time
+}
+
+// createStep is a PVC's step: its validated target and the create.
+func (a *Agent) createStep(pvc *corev1.PersistentVolumeClaim) (target, func(context.Context) outcome, error) {
+	spec, t, err := a.createTarget(pvc)
+	return t, func(ctx context.Context) outcome { return a.create(ctx, pvc, spec, t) }, err
+}
+
+// deleteStep is a PV's step: its validated target and the removal.
+func (a *Agent) deleteStep(pv *corev1.PersistentVolume) (target, func(context.Context) outcome, error) {
+	t, err := a.deleteTarget(pv)
+	return t, func(ctx context.Context) outcome { return a.remove(ctx, pv, t) }, err
 }
 
 func (a *Agent) acquire(t target) bool {
@@ -283,7 +297,8 @@ func (a *Agent) release(t target) { a.mu.Lock(); delete(a.busy, t); a.mu.Unlock(
 
 // answer writes the outcome on the object: the final state (one conditional
 // merge patch), or for a transient error the error message, then a retry.
-func (a *Agent) answer(k Key, obj runtime.Object, out outcome, start time.Time) syncResult {
+func (a *Agent) answer(r req, out outcome, start time.Time) syncResult {
+	k, obj := r.key, r.obj
 	m, _ := meta.Accessor(obj)
 	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.OpTimeout)
 	defer cancel()
@@ -316,6 +331,7 @@ func (a *Agent) answer(k Key, obj runtime.Object, out outcome, start time.Time) 
 	default:
 		change.Remove(kube.AnnError, kube.AnnReason)
 	}
+	sent := time.Now()
 	err := a.patch(ctx, k, m.GetResourceVersion(), change)
 	switch {
 	case apierrors.IsNotFound(err):
@@ -333,6 +349,8 @@ func (a *Agent) answer(k Key, obj runtime.Object, out outcome, start time.Time) 
 		return syncRetry
 	}
 	a.ASW.Answered(k, m.GetResourceVersion())
+	a.DSW.answered(k)
+	a.metrics.answered(k.Kind, r.seen, sent)
 	a.metrics.observe(kind, out.state, start)
 	if out.state == kube.StateFailed {
 		klog.ErrorS(out.err, "Volume request failed", "request", k, "reason", out.reason)

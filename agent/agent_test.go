@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -533,4 +535,67 @@ func TestCreateSecondLVInAnotherClass(t *testing.T) {
 	lvs, err := e.lvm.List("thin")
 	require.NoError(t, err)
 	assert.Empty(t, lvs, "no second LV")
+}
+
+// A request's answer is timed once, from its first sighting: the error
+// report of a retry is not an answer, and both kinds are timed.
+func TestAnswerTimed(t *testing.T) {
+	e := start(t, Config{})
+	fails := 1
+	e.lvm.SetHook(func(op, _, _ string) error {
+		if op == "create" && fails > 0 {
+			fails--
+			return assert.AnError
+		}
+		return nil
+	})
+	claim := e.pvc(t, "default", "pvc", node, spec(`{"volumeGroup":"thick","name":"lv1","size":4096}`))
+	assert.Equal(t, kube.StateCreated, e.waitPVC(t, "default", "pvc")[kube.AnnLifecycle])
+	assert.Equal(t, uint64(1), answers(t, e.metrics, "persistentvolumeclaims"), "the retry's error report is not an answer")
+	e.pv(t, "pv1", node, claim.UID, map[string]string{kube.AnnLifecycle: kube.StateDeleting, kube.AnnSpec: `{"volumeGroup":"thick","name":"lv1"}`})
+	assert.Equal(t, kube.StateDeleted, e.waitPV(t, "pv1")[kube.AnnLifecycle])
+	assert.Equal(t, uint64(1), answers(t, e.metrics, "persistentvolumes"))
+	assert.Equal(t, uint64(1), answers(t, e.metrics, "persistentvolumeclaims"), "answered once")
+}
+
+func answers(t *testing.T, m *Metrics, resource string) uint64 {
+	t.Helper()
+	var out dto.Metric
+	require.NoError(t, m.answer.WithLabelValues(resource).(prometheus.Histogram).Write(&out))
+	return out.GetHistogram().GetSampleCount()
+}
+
+// The desired state keeps a request's first sighting across its updates;
+// an answer stops the clock, so that the next request under the key is
+// timed from its own sighting.
+func TestRequestFirstSeen(t *testing.T) {
+	var d DesiredStateOfWorld
+	k := Key{Kind: KindPVC, Namespace: "ns", Name: "pvc"}
+	v1 := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "1"}}
+	v2 := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "2"}}
+	d.Add(k, v1)
+	obj, first := d.get(k)
+	require.Same(t, v1, obj)
+	require.False(t, first.IsZero())
+	d.Add(k, v2)
+	obj, seen := d.get(k)
+	assert.Same(t, v2, obj)
+	assert.Equal(t, first, seen, "an update keeps the first sighting")
+	assert.True(t, d.replace(k, v2, v1))
+	_, seen = d.get(k)
+	assert.Equal(t, first, seen, "a re-read keeps it too")
+
+	d.answered(k)
+	obj, seen = d.get(k)
+	assert.Same(t, v1, obj, "held until the informer shows the answer")
+	assert.True(t, seen.IsZero(), "but no longer timed")
+	d.Add(k, v2)
+	_, seen = d.get(k)
+	assert.False(t, seen.IsZero())
+	assert.False(t, seen.Before(first), "asked again: a new sighting")
+
+	d.Remove(k)
+	obj, seen = d.get(k)
+	assert.Nil(t, obj)
+	assert.True(t, seen.IsZero())
 }

@@ -23,6 +23,7 @@ type Metrics struct {
 	longest    *prometheus.GaugeVec
 	// Requests labelled for this node but owned elsewhere.
 	misdirected *prometheus.CounterVec
+	answer      *prometheus.HistogramVec
 }
 
 // NewMetrics registers the metrics with reg (nil: not registered).
@@ -48,10 +49,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Seconds the longest running request has been worked on."}, []string{"name"}),
 		misdirected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lvm_agent_misdirected_requests_total",
 			Help: "Open requests labelled for this node but owned by another node or by none (ignored, with a Warning event), by object kind."}, []string{"object"}),
+		answer: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "lvm_agent_request_answer_seconds",
+			Help:    "Per request: from the agent seeing it (informer event or sweep) to the agent sending its answer: queueing and lvmd calls, not the API server's part.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 1.25, 56)}, []string{"resource"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.ops, m.duration, m.writes, m.retries, m.synced, m.queue, m.queueAdds, m.queueLat, m.queueWork,
-			m.unfinished, m.longest, m.misdirected)
+			m.unfinished, m.longest, m.misdirected, m.answer)
 	}
 	return m
 }
@@ -59,6 +63,22 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 func (m *Metrics) observe(kind, result string, start time.Time) {
 	m.ops.WithLabelValues(kind, result).Inc()
 	m.duration.WithLabelValues(kind, result).Observe(time.Since(start).Seconds())
+}
+
+// answered times a request's answer: from seen, when the agent first saw
+// it open, to sent, when the patch that answered it was sent. That is the
+// agent's own part (queueing and lvmd calls); the API server's part is
+// lvm_agent_kube_request_duration_seconds. A zero seen (the request's
+// clock was stopped by an answer already) is not timed.
+func (m *Metrics) answered(k Kind, seen, sent time.Time) {
+	if seen.IsZero() {
+		return
+	}
+	resource := "persistentvolumeclaims"
+	if k == KindPV {
+		resource = "persistentvolumes"
+	}
+	m.answer.WithLabelValues(resource).Observe(max(sent.Sub(seen), 0).Seconds())
 }
 
 // wrote counts an annotation patch of an object kind (pvc, pv, node).

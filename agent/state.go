@@ -2,6 +2,7 @@ package agent
 
 import (
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 )
@@ -30,46 +31,79 @@ func (k Key) String() string {
 }
 
 // DesiredStateOfWorld holds the open requests owned by this node: each PVC
-// that is "creating" and each PV that is "deleting", as last seen.
+// that is "creating" and each PV that is "deleting", as last seen, with
+// when the agent first saw it open (where its answer clock starts).
 type DesiredStateOfWorld struct {
 	mu   sync.RWMutex
-	objs map[Key]runtime.Object
+	objs map[Key]request
 }
 
-// Add records or replaces a request.
+type request struct {
+	obj  runtime.Object
+	seen time.Time
+}
+
+// Add records or replaces a request; a replaced one keeps its first
+// sighting, unless it was answered since.
 func (d *DesiredStateOfWorld) Add(k Key, obj runtime.Object) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.objs == nil {
-		d.objs = map[Key]runtime.Object{}
+		d.objs = map[Key]request{}
 	}
-	d.objs[k] = obj
+	r := d.objs[k]
+	if r.seen.IsZero() {
+		r.seen = time.Now()
+	}
+	r.obj = obj
+	d.objs[k] = r
 }
 
 // Remove forgets a request.
 func (d *DesiredStateOfWorld) Remove(k Key) { d.mu.Lock(); delete(d.objs, k); d.mu.Unlock() }
+
+// answered stops k's clock: the request stays held until the informer shows
+// the answer, but the next one under this key (seen open by a sweep before
+// the informer shows the answer, say) is timed from its own sighting.
+func (d *DesiredStateOfWorld) answered(k Key) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if r, ok := d.objs[k]; ok {
+		r.seen = time.Time{}
+		d.objs[k] = r
+	}
+}
 
 // replace puts obj (nil: nothing) in place of old, if old is still the
 // request held for k: an informer's newer object is never overwritten.
 func (d *DesiredStateOfWorld) replace(k Key, old, obj runtime.Object) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.objs[k] != old {
+	r, ok := d.objs[k]
+	if !ok || r.obj != old {
 		return false
 	}
 	if obj == nil {
 		delete(d.objs, k)
 	} else {
-		d.objs[k] = obj
+		r.obj = obj
+		d.objs[k] = r
 	}
 	return true
 }
 
 // Get returns the request for k, or nil.
 func (d *DesiredStateOfWorld) Get(k Key) runtime.Object {
+	obj, _ := d.get(k)
+	return obj
+}
+
+// get returns the request for k and when it was first seen open.
+func (d *DesiredStateOfWorld) get(k Key) (runtime.Object, time.Time) {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
-	return d.objs[k]
+	r := d.objs[k]
+	return r.obj, r.seen
 }
 
 // Len is the number of open requests.

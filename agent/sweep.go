@@ -52,8 +52,8 @@ func (a *Agent) SweptGone(obj runtime.Object) {
 func (d *DesiredStateOfWorld) removeUID(k Key, uid types.UID) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if o, ok := d.objs[k]; ok {
-		if m, err := meta.Accessor(o); err == nil && m.GetUID() != uid {
+	if r, ok := d.objs[k]; ok {
+		if m, err := meta.Accessor(r.obj); err == nil && m.GetUID() != uid {
 			return false
 		}
 	}

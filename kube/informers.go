@@ -65,8 +65,7 @@ func WithOwner(owner Node) InformerOption {
 	return func(c *informerConfig) { c.owner = &owner }
 }
 
-// WithMetrics counts the objects the informers receive, and times the
-// agent's answers (lvm_agent_request_answer_seconds).
+// WithMetrics counts the objects the informers receive.
 func WithMetrics(m *ClientMetrics) InformerOption {
 	return func(c *informerConfig) { c.metrics = m }
 }
@@ -125,34 +124,28 @@ func (c informerConfig) transform(obj any) (any, error) {
 }
 
 // counter is an informer event handler that counts the objects received
-// (once each, unlike the transform) and starts the answer clock of requests.
+// (once each, unlike the transform).
 type counter struct{ informerConfig }
 
-func (c counter) OnAdd(obj any, _ bool) { c.count(obj, false) }
-func (c counter) OnUpdate(_, obj any)   { c.count(obj, false) }
-func (c counter) OnDelete(obj any)      { c.count(obj, true) }
-func (c counter) count(obj any, del bool) {
+func (c counter) OnAdd(obj any, _ bool) { c.count(obj) }
+func (c counter) OnUpdate(_, obj any)   { c.count(obj) }
+func (c counter) OnDelete(obj any)      { c.count(obj) }
+func (c counter) count(obj any) {
 	var resource string
-	var m metav1.Object
-	switch o := obj.(type) {
+	switch obj.(type) {
 	case *corev1.PersistentVolumeClaim:
-		resource, m = "persistentvolumeclaims", o
+		resource = "persistentvolumeclaims"
 	case *corev1.PersistentVolume:
-		resource, m = "persistentvolumes", o
+		resource = "persistentvolumes"
 	default:
 		return // a tombstone: nothing was received
 	}
-	foreign, owned, open := ForeignUnknown, false, false
+	foreign := ForeignUnknown
 	if c.owner != nil {
-		owned, open = c.owner.Classify(obj)
+		owned, _ := c.owner.Classify(obj)
 		foreign = foreignLabel(owned)
 	}
 	c.metrics.ObjectsReceived(resource, SourceInformer, foreign, 1)
-	if del || !owned {
-		c.metrics.clock.gone(resource, m.GetNamespace(), m.GetName())
-		return
-	}
-	c.metrics.clock.seen(resource, m.GetNamespace(), m.GetName(), open)
 }
 
 // Trim is obj as the informers cache an object of this node: what the agent

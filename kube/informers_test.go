@@ -83,7 +83,7 @@ func TestTransform(t *testing.T) {
 	assert.Equal(t, foreign.Annotations, got.(*corev1.PersistentVolumeClaim).Annotations)
 }
 
-// The counter counts each object received once, and times the answers.
+// The counter counts each object received once.
 func TestCounter(t *testing.T) {
 	me := Node{Name: "node-a", Drivers: []string{DefaultDriver}}
 	m := NewClientMetrics()
@@ -98,16 +98,6 @@ func TestCounter(t *testing.T) {
 	assert.Equal(t, 2.0, v[key("lvm_agent_kube_objects_received_total", "resource", "persistentvolumeclaims", "source", SourceInformer, "foreign", Own)])
 	assert.Equal(t, 1.0, v[key("lvm_agent_kube_objects_received_total", "resource", "persistentvolumeclaims", "source", SourceInformer, "foreign", Foreign)])
 	assert.Equal(t, 1.0, v[key("lvm_agent_kube_objects_received_total", "resource", "persistentvolumes", "source", SourceInformer, "foreign", Foreign)])
-
-	// The answer's write stops the clock, even when the watch showed the answer first.
-	closed := sweepPVC("mine", "node-a", StateCreated, nil)
-	c.OnUpdate(open, closed)
-	m.clock.answered("persistentvolumeclaims", "ns", "mine", time.Now())
-	m.clock.answered("persistentvolumeclaims", "ns", "mine", time.Now()) // once only
-	m.clock.answered("persistentvolumeclaims", "ns", "theirs", time.Now())
-	v = gather(t, m)
-	assert.Equal(t, 1.0, v[key("lvm_agent_request_answer_seconds", "resource", "persistentvolumeclaims")])
-	assert.Empty(t, m.clock.arrived)
 
 	// Without an owner: counted as unknown.
 	u := counter{informerConfig{metrics: m}}

@@ -312,9 +312,6 @@ func (s *Sweeper) received(r *unlabelled, obj runtime.Object, seen map[string]bo
 	if open && (!held || uidOf(prev) != uidOf(o)) {
 		s.warn(key, o, r.name)
 	}
-	if m, err := metaOf(o); err == nil && s.cfg.Metrics != nil {
-		s.cfg.Metrics.clock.seen(r.name, m.GetNamespace(), m.GetName(), open)
-	}
 	s.target.Swept(o)
 	if !open {
 		delete(s.held, key)
@@ -367,9 +364,6 @@ func (s *Sweeper) settle(ctx context.Context, r *unlabelled, prev runtime.Object
 	switch {
 	case apierrors.IsNotFound(err):
 		s.target.SweptGone(prev)
-		if s.cfg.Metrics != nil {
-			s.cfg.Metrics.clock.gone(r.name, m.GetNamespace(), m.GetName())
-		}
 	case err != nil:
 		klog.ErrorS(err, "Could not read a request that left the unlabelled objects; will try at the next list", "object", key)
 		return

@@ -25,7 +25,6 @@ type ClientMetrics struct {
 	events   *prometheus.CounterVec
 	objects  *prometheus.CounterVec
 	duration *prometheus.HistogramVec
-	clock    *answerClock
 }
 
 // Sources of received objects, for ObjectsReceived.
@@ -54,13 +53,12 @@ func NewClientMetrics() *ClientMetrics {
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "lvm_agent_kube_request_duration_seconds",
 			Help:    "Time from sending an API request to its response headers, by resource and verb (a watch: until it is established).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 1.25, 48)}, []string{"resource", "verb"}),
-		clock: newAnswerClock(),
 	}
 	return m
 }
 
 func (m *ClientMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.requests, m.received, m.sent, m.events, m.objects, m.duration, m.clock.hist}
+	return []prometheus.Collector{m.requests, m.received, m.sent, m.events, m.objects, m.duration}
 }
 
 // Describe implements prometheus.Collector.
@@ -138,9 +136,6 @@ func (t *countingTransport) RoundTrip(req *http.Request) (*http.Response, error)
 		return resp, err
 	}
 	t.m.requests.WithLabelValues(resource, verb, strconv.Itoa(resp.StatusCode)).Inc()
-	if verb == "patch" && resp.StatusCode/100 == 2 && (resource == "persistentvolumeclaims" || resource == "persistentvolumes") && setsLifecycle(req) {
-		t.m.clock.answered(resource, k.namespace, k.name, sent)
-	}
 	if resp.Body != nil {
 		b := &countingBody{ReadCloser: resp.Body, bytes: t.m.received.WithLabelValues(resource, verb)}
 		if verb == "watch" && resp.StatusCode == http.StatusOK {
@@ -154,9 +149,8 @@ func (t *countingTransport) RoundTrip(req *http.Request) (*http.Response, error)
 
 // kind of a request, named the way the API server's audit log does.
 type kind struct {
-	resource        string // with its subresource, if any; "other" for paths that are not resources
-	verb            string
-	namespace, name string
+	resource string // with its subresource, if any; "other" for paths that are not resources
+	verb     string
 }
 
 func requestKind(req *http.Request) kind {
@@ -172,13 +166,10 @@ func requestKind(req *http.Request) kind {
 	}
 	k := kind{}
 	if len(rest) >= 3 && rest[0] == "namespaces" {
-		k.namespace, rest = rest[1], rest[2:] // a namespaced resource, not the namespace itself
+		rest = rest[2:] // a namespaced resource, not the namespace itself
 	}
 	k.resource = rest[0]
 	named := len(rest) >= 2
-	if named {
-		k.name = rest[1]
-	}
 	if len(rest) >= 3 {
 		k.resource += "/" + rest[2]
 	}

@@ -138,30 +138,6 @@ func TestCountingTransport(t *testing.T) {
 	}
 }
 
-// A successful patch that writes the lifecycle is an answer: it stops the
-// request's clock. An error report (volume.error only) is not.
-func TestAnswerTimed(t *testing.T) {
-	m := NewClientMetrics()
-	rt := m.Wrap(fakeRT{status: 200, contentType: "application/json", body: []byte("{}")})
-	patch := func(path, body string) {
-		req, err := http.NewRequest("PATCH", "https://api.example"+path, strings.NewReader(body))
-		require.NoError(t, err)
-		resp, err := rt.RoundTrip(req)
-		require.NoError(t, err)
-		resp.Body.Close()
-	}
-	m.clock.seen("persistentvolumeclaims", "ns", "a", true)
-	m.clock.seen("persistentvolumes", "", "pv", true)
-	patch("/api/v1/namespaces/ns/persistentvolumeclaims/a", `{"metadata":{"annotations":{"`+AnnError+`":"lvmd down"}}}`)
-	assert.Zero(t, gather(t, m)[key("lvm_agent_request_answer_seconds", "resource", "persistentvolumeclaims")])
-	patch("/api/v1/namespaces/ns/persistentvolumeclaims/a", `{"metadata":{"annotations":{"`+AnnLifecycle+`":"created","`+AnnError+`":null},"resourceVersion":"5"}}`)
-	patch("/api/v1/persistentvolumes/pv", `{"metadata":{"annotations":{"`+AnnLifecycle+`":"deleted"}}}`)
-	v := gather(t, m)
-	assert.Equal(t, 1.0, v[key("lvm_agent_request_answer_seconds", "resource", "persistentvolumeclaims")])
-	assert.Equal(t, 1.0, v[key("lvm_agent_request_answer_seconds", "resource", "persistentvolumes")])
-	assert.Empty(t, m.clock.arrived)
-}
-
 func TestInstrumentConfig(t *testing.T) {
 	m := NewClientMetrics()
 	cfg := &rest.Config{ContentConfig: rest.ContentConfig{ContentType: "application/json"}}
