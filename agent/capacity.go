@@ -3,10 +3,12 @@ package agent
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
 	"github.com/lvm-agent/lvm-agent/lvmbackend"
@@ -62,24 +64,32 @@ func (w *CapacityWatcher) ExportThinPools(reg prometheus.Registerer) {
 	w.mu.Unlock()
 }
 
-// Run follows the stream until ctx ends, reconnecting with backoff.
+// Run follows the stream until ctx ends, reconnecting with a jittered
+// exponential backoff (200 ms doubling to 10 s, +0-20%), reset by each
+// report: agents of a cluster whose lvmd came back together do not
+// reconnect in step.
 func (w *CapacityWatcher) Run(ctx context.Context) {
-	delay := 200 * time.Millisecond
+	newBackoff := func() wait.Backoff {
+		return wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: math.MaxInt32, Cap: 10 * time.Second}
+	}
+	backoff := newBackoff()
 	for ctx.Err() == nil {
 		err := w.backend.WatchCapacity(ctx, func(caps []lvmbackend.Capacity) {
-			delay = 200 * time.Millisecond
+			backoff = newBackoff()
 			w.report(caps, nil)
 		})
 		if ctx.Err() != nil {
 			return
 		}
 		w.report(nil, err)
+		delay := backoff.Step()
 		klog.V(2).InfoS("lvmd capacity stream ended; reconnecting", "err", err, "after", delay)
+		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
-		case <-time.After(delay):
+		case <-t.C:
 		}
-		delay = min(2*delay, 10*time.Second)
+		t.Stop()
 	}
 }
 

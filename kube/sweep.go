@@ -235,7 +235,12 @@ func (s *Sweeper) list(ctx context.Context, r *unlabelled) (string, error) {
 // cannot resume (the error). A watch that the API server closes (they all
 // time out) resumes from the last resourceVersion seen.
 func (s *Sweeper) follow(ctx context.Context, r *unlabelled, rv string) error {
-	failures := 0
+	// Five retries, 1 s growing to 5 s (about 13 s in all), jittered so that
+	// the agents of a cluster do not come back to an API server in step.
+	newBackoff := func() wait.Backoff {
+		return wait.Backoff{Duration: time.Second, Factor: 1.5, Jitter: 0.2, Steps: 5}
+	}
+	backoff := newBackoff()
 	for ctx.Err() == nil {
 		s.watches.WithLabelValues(r.name).Inc()
 		w, err := r.watch(ctx, metav1.ListOptions{LabelSelector: UnlabelledSelector(), ResourceVersion: rv, AllowWatchBookmarks: true})
@@ -243,10 +248,10 @@ func (s *Sweeper) follow(ctx context.Context, r *unlabelled, rv string) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			if failures++; apierrors.IsResourceExpired(err) || apierrors.IsGone(err) || failures > 5 {
+			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) || backoff.Steps == 0 {
 				return err
 			}
-			sleep(ctx, time.Duration(failures)*time.Second)
+			sleep(ctx, backoff.Step())
 			continue
 		}
 		rv, err = s.consume(ctx, r, w, rv)
@@ -254,7 +259,7 @@ func (s *Sweeper) follow(ctx context.Context, r *unlabelled, rv string) error {
 		if err != nil {
 			return err
 		}
-		failures = 0
+		backoff = newBackoff()
 	}
 	return nil
 }
