@@ -42,11 +42,10 @@ func main() {
 }
 
 type options struct {
-	nodeName, kubeconfig                 string
-	qps                                  float64
-	burst                                int
-	backend, lvmdSocket, lvmdAddress     string
-	tlsCert, tlsKey, tlsCA               string
+	nodeName, kubeconfig string
+	qps                  float64
+	burst                int
+	backendFlags
 	drivers, deviceClassMap, stripeClass string
 	provisioners                         string
 	watchMode                            string
@@ -75,12 +74,7 @@ func agentMain(args []string) int {
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster config")
 	fs.Float64Var(&o.qps, "kube-api-qps", 200, "API server queries per second (each answer costs two writes, the patch and its Event: 50 would cap the agent at 25 volumes/s)")
 	fs.IntVar(&o.burst, "kube-api-burst", 400, "API server burst")
-	fs.StringVar(&o.backend, "backend", "topolvm", "lvmd dialect: topolvm (unix socket) or google-lvmd (TCP)")
-	fs.StringVar(&o.lvmdSocket, "lvmd-socket", "/run/topolvm/lvmd.sock", "topolvm lvmd's unix socket")
-	fs.StringVar(&o.lvmdAddress, "lvmd-address", "127.0.0.1:1234", "google/lvmd's host:port")
-	fs.StringVar(&o.tlsCert, "lvmd-tls-cert", "", "google/lvmd: client certificate for mTLS")
-	fs.StringVar(&o.tlsKey, "lvmd-tls-key", "", "google/lvmd: client key for mTLS")
-	fs.StringVar(&o.tlsCA, "lvmd-tls-ca", "", "google/lvmd: CA that signed the server's certificate")
+	o.backendFlags.addFlags(fs, "topolvm (unix socket) or google-lvmd (TCP)")
 	fs.StringVar(&o.drivers, "driver-name", kube.DefaultDriver, "CSI driver(s) whose PVs this agent serves, comma-separated")
 	fs.StringVar(&o.provisioners, "provisioner-name", kube.DefaultProvisioner, "provisioner(s) whose local PVs (by "+kube.AnnProvisionedBy+") this agent serves, comma-separated")
 	fs.StringVar(&o.deviceClassMap, "device-class-map", "", "volumeGroup=deviceClass pairs, comma-separated; a volume group not listed is the device class of the same name")

@@ -121,12 +121,7 @@ func volumeMain(args []string) int {
 		fs.StringVar(&o.drivers, "driver-name", kube.DefaultDriver, "CSI driver(s) whose PVs the agent serves, comma-separated (as the agent's flag)")
 		fs.StringVar(&o.deviceClassMap, "device-class-map", os.Getenv("LVM_AGENT_DEVICE_CLASS_MAP"), "volumeGroup=deviceClass pairs, as the agent's flag (default $LVM_AGENT_DEVICE_CLASS_MAP)")
 		fs.DurationVar(&o.stuckAfter, "stuck-after", 5*time.Minute, "a creating/deleting request older than this is reported as stuck")
-		fs.StringVar(&o.backend.backend, "backend", "topolvm", "lvmd dialect: topolvm, google-lvmd, or none (API side only)")
-		fs.StringVar(&o.backend.lvmdSocket, "lvmd-socket", "/run/topolvm/lvmd.sock", "topolvm lvmd's unix socket")
-		fs.StringVar(&o.backend.lvmdAddress, "lvmd-address", "127.0.0.1:1234", "google/lvmd's host:port")
-		fs.StringVar(&o.backend.tlsCert, "lvmd-tls-cert", "", "google/lvmd: client certificate for mTLS")
-		fs.StringVar(&o.backend.tlsKey, "lvmd-tls-key", "", "google/lvmd: client key for mTLS")
-		fs.StringVar(&o.backend.tlsCA, "lvmd-tls-ca", "", "google/lvmd: CA that signed the server's certificate")
+		o.backend.backendFlags.addFlags(fs, "topolvm, google-lvmd, or none (API side only)")
 		fs.StringVar(&o.classes, "device-classes", "", "device classes (google/lvmd: volume groups) to list, comma-separated (default: all lvmd serves)")
 		fs.StringVar(&o.dmControl, "device-mapper-control", devmapper.DefaultControlPath, "device-mapper control node, for the LVs' device state and thin-pool fill (empty or unreadable: not shown)")
 		const outputUsage = "output format: empty (a table), wide (the table with the LV owner and device columns), json or yaml (the whole report)"
