@@ -26,9 +26,11 @@ const (
 	// request without the label is never seen.
 	WatchLabelled WatchMode = "labelled"
 	// WatchHybrid watches like WatchLabelled and finds the requests of
-	// provisioners that do not label with a periodic Sweep of the unlabelled
-	// objects: labelled requests are answered at once, unlabelled ones within
-	// one sweep interval, and none is ignored.
+	// provisioners that do not label through a Sweeper: it lists the
+	// unlabelled objects once, then watches them (listing again only when
+	// the watch cannot resume, and every --sweep-interval as a safety net),
+	// so that unlabelled requests are answered at once too, and none is
+	// ignored.
 	WatchHybrid WatchMode = "hybrid"
 )
 

@@ -105,7 +105,10 @@ type Backend interface {
 	// ListVolumes returns every volume of a device class.
 	ListVolumes(ctx context.Context, deviceClass string) ([]Volume, error)
 	// CreateVolume creates a volume. It is not idempotent: lvmd fails for an
-	// existing name, so callers check GetVolume first.
+	// existing name (ErrExists, or lvm's own refusal). The agent lists the
+	// device class before it creates (a claim owns at most one LV) and
+	// judges a failed create by a GetVolume after it, which finds the LV an
+	// interrupted earlier attempt made (agent.Agent's create).
 	CreateVolume(ctx context.Context, req CreateRequest) (*Volume, error)
 	// RemoveVolume removes a volume; a missing volume wraps ErrNotFound.
 	RemoveVolume(ctx context.Context, deviceClass, name string) error
