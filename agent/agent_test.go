@@ -506,19 +506,23 @@ func TestSameNameTwoNamespaces(t *testing.T) {
 // then completes and the error is removed.
 func TestTransientErrorRetried(t *testing.T) {
 	e := start(t, Config{})
-	fails := 3
-	e.lvm.SetHook(func(op, _, _ string) error {
-		if op == "create" && fails > 0 {
-			fails--
-			return assert.AnError
-		}
-		return nil
-	})
+	e.failCreates(3)
 	e.pvc(t, "default", "pvc", node, spec(`{"volumeGroup":"thick","name":"lv1","size":4096}`))
 	ann := e.waitPVC(t, "default", "pvc")
 	assert.Equal(t, kube.StateCreated, ann[kube.AnnLifecycle])
 	assert.NotContains(t, ann, kube.AnnError)
 	assert.NotContains(t, ann, kube.AnnReason)
+}
+
+// failCreates makes the fake lvmd fail the next n creates.
+func (e *env) failCreates(n int) {
+	e.lvm.SetHook(func(op, _, _ string) error {
+		if op == "create" && n > 0 {
+			n--
+			return assert.AnError
+		}
+		return nil
+	})
 }
 
 // A claim owns at most one LV on the node, whatever device class a
@@ -541,21 +545,21 @@ func TestCreateSecondLVInAnotherClass(t *testing.T) {
 // report of a retry is not an answer, and both kinds are timed.
 func TestAnswerTimed(t *testing.T) {
 	e := start(t, Config{})
-	fails := 1
-	e.lvm.SetHook(func(op, _, _ string) error {
-		if op == "create" && fails > 0 {
-			fails--
-			return assert.AnError
-		}
-		return nil
-	})
+	e.failCreates(1)
 	claim := e.pvc(t, "default", "pvc", node, spec(`{"volumeGroup":"thick","name":"lv1","size":4096}`))
 	assert.Equal(t, kube.StateCreated, e.waitPVC(t, "default", "pvc")[kube.AnnLifecycle])
-	assert.Equal(t, uint64(1), answers(t, e.metrics, "persistentvolumeclaims"), "the retry's error report is not an answer")
+	// Observed when the patch returns, which may be after a watcher sees it.
+	waitAnswers(t, e.metrics, "persistentvolumeclaims")
 	e.pv(t, "pv1", node, claim.UID, map[string]string{kube.AnnLifecycle: kube.StateDeleting, kube.AnnSpec: `{"volumeGroup":"thick","name":"lv1"}`})
 	assert.Equal(t, kube.StateDeleted, e.waitPV(t, "pv1")[kube.AnnLifecycle])
-	assert.Equal(t, uint64(1), answers(t, e.metrics, "persistentvolumes"))
-	assert.Equal(t, uint64(1), answers(t, e.metrics, "persistentvolumeclaims"), "answered once")
+	waitAnswers(t, e.metrics, "persistentvolumes")
+	assert.Equal(t, uint64(1), answers(t, e.metrics, "persistentvolumeclaims"), "one answer, one observation: the retry's error report is not an answer")
+}
+
+// waitAnswers waits for the first answer of resource to be timed.
+func waitAnswers(t *testing.T, m *Metrics, resource string) {
+	t.Helper()
+	require.Eventually(t, func() bool { return answers(t, m, resource) > 0 }, 10*time.Second, 5*time.Millisecond, resource)
 }
 
 func answers(t *testing.T, m *Metrics, resource string) uint64 {
