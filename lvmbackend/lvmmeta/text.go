@@ -41,11 +41,29 @@ type Value struct {
 	List []Value
 }
 
-// Section is a `name { ... }` block.
+// Field is one assignment of a section.
+type Field struct {
+	Name string
+	Value
+}
+
+// Section is a `name { ... }` block, its assignments in the text's order.
 type Section struct {
 	Name     string
-	Values   map[string]Value
+	Fields   []Field
 	Sections []*Section
+}
+
+// Value returns the value assigned to key. The lookup is linear: a VG
+// text's sections hold a handful of assignments, and the parser refuses
+// a key assigned twice.
+func (s *Section) Value(key string) (Value, bool) {
+	for i := range s.Fields {
+		if s.Fields[i].Name == key {
+			return s.Fields[i].Value, true
+		}
+	}
+	return Value{}, false
 }
 
 // Section returns the child section called name, or nil.
@@ -60,32 +78,45 @@ func (s *Section) Section(name string) *Section {
 
 // String returns a string value and whether it exists with that type.
 func (s *Section) String(key string) (string, bool) {
-	v, ok := s.Values[key]
+	v, ok := s.Value(key)
 	return v.Str, ok && v.Kind == KindString
 }
 
 // Int returns an integer value and whether it exists with that type.
 func (s *Section) Int(key string) (int64, bool) {
-	v, ok := s.Values[key]
+	v, ok := s.Value(key)
 	return v.Int, ok && v.Kind == KindInt
 }
 
 // Strings returns a list of strings; a missing key is an empty list, and a
 // list with anything else in it is not ok.
 func (s *Section) Strings(key string) ([]string, bool) {
-	v, ok := s.Values[key]
+	return s.strings(key, nil)
+}
+
+// strings is Strings with the result taken from sl when one is given.
+func (s *Section) strings(key string, sl *slab[string]) ([]string, bool) {
+	v, ok := s.Value(key)
 	if !ok {
 		return nil, true
 	}
 	if v.Kind != KindList {
 		return nil, false
 	}
-	out := make([]string, 0, len(v.List))
-	for _, e := range v.List {
+	if len(v.List) == 0 {
+		return nil, true
+	}
+	var out []string
+	if sl != nil {
+		out = sl.take(len(v.List))
+	} else {
+		out = make([]string, len(v.List))
+	}
+	for i, e := range v.List {
 		if e.Kind != KindString {
 			return nil, false
 		}
-		out = append(out, e.Str)
+		out[i] = e.Str
 	}
 	return out, true
 }
@@ -95,12 +126,18 @@ func (s *Section) Strings(key string) ([]string, bool) {
 // being "strings" with backslash escapes, integers, floats and [lists] of
 // those; `#` starts a comment. It returns the top level as a Section with
 // an empty name. Hand-written because no kept Go library reads this syntax.
+//
+// The text is copied once into a string, and every name and unescaped
+// string of the result is a slice of it; sections, fields and list
+// elements come from slabs. So a parse costs a few allocations per hundred
+// items instead of several per item (one VG text repeats the same dozen
+// keys for each of its LVs), and the result keeps the text's memory.
 func ParseText(b []byte, lim Limits) (*Section, error) {
 	if uint64(len(b)) > lim.MaxText {
 		return nil, fmt.Errorf("%w: text of %d bytes (limit %d)", ErrTooLarge, len(b), lim.MaxText)
 	}
-	p := &parser{b: b, lim: lim, intern: map[string]string{}}
-	root := &Section{Values: map[string]Value{}}
+	p := &parser{s: string(b), lim: lim}
+	root := &Section{}
 	if err := p.body(root, 0); err != nil {
 		return nil, err
 	}
@@ -108,31 +145,26 @@ func ParseText(b []byte, lim Limits) (*Section, error) {
 }
 
 type parser struct {
-	b     []byte
+	s     string
 	pos   int
 	items int
 	lim   Limits
-	// intern holds one copy of each name and short string: a VG text
-	// repeats the same keys and values ("status", "READ", "striped") for
-	// every LV, and one allocation each is what parsing mostly costs.
-	intern map[string]string
+	// fields and subs are stacks of the open sections' assignments and
+	// children; a section's are copied out of them when it closes. list
+	// collects the elements of the list being read.
+	fields []Field
+	subs   []*Section
+	list   []Value
+	// The slabs the results are copied into.
+	fieldSlab   slab[Field]
+	subSlab     slab[*Section]
+	sectionSlab slab[Section]
+	valueSlab   slab[Value]
 }
 
-// internMax bounds what is interned: long strings (tags, uuids,
-// descriptions) are mostly unique.
-const internMax = 24
-
-func (p *parser) string(b []byte) string {
-	if len(b) > internMax {
-		return string(b)
-	}
-	if s, ok := p.intern[string(b)]; ok { // no allocation for the lookup
-		return s
-	}
-	s := string(b)
-	p.intern[s] = s
-	return s
-}
+// dupScan is the number of assignments in a section up to which a key is
+// checked for a duplicate by scanning them; a bigger section uses a map.
+const dupScan = 16
 
 func (p *parser) errorf(format string, args ...any) error {
 	return corrupt("metadata text", "at byte %d: %s", p.pos, fmt.Sprintf(format, args...))
@@ -140,12 +172,12 @@ func (p *parser) errorf(format string, args ...any) error {
 
 // skip passes whitespace, comments and the NUL bytes lvm pads the text with.
 func (p *parser) skip() {
-	for p.pos < len(p.b) {
-		switch c := p.b[p.pos]; {
+	for p.pos < len(p.s) {
+		switch c := p.s[p.pos]; {
 		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == 0:
 			p.pos++
 		case c == '#':
-			for p.pos < len(p.b) && p.b[p.pos] != '\n' {
+			for p.pos < len(p.s) && p.s[p.pos] != '\n' {
 				p.pos++
 			}
 		default:
@@ -164,20 +196,22 @@ func (p *parser) count() error {
 
 // body reads items until '}' (depth > 0) or the end of the text (depth 0).
 func (p *parser) body(s *Section, depth int) error {
+	fbase, sbase := len(p.fields), len(p.subs)
+	var seen map[string]bool // past dupScan assignments
 	for {
 		p.skip()
-		if p.pos == len(p.b) {
+		if p.pos == len(p.s) {
 			if depth > 0 {
 				return p.errorf("section %q is not closed", s.Name)
 			}
-			return nil
+			break
 		}
-		if p.b[p.pos] == '}' {
+		if p.s[p.pos] == '}' {
 			if depth == 0 {
 				return p.errorf("unexpected '}'")
 			}
 			p.pos++
-			return nil
+			break
 		}
 		name, err := p.ident()
 		if err != nil {
@@ -187,34 +221,63 @@ func (p *parser) body(s *Section, depth int) error {
 			return err
 		}
 		p.skip()
-		if p.pos == len(p.b) {
+		if p.pos == len(p.s) {
 			return p.errorf("%q has neither '=' nor '{' after it", name)
 		}
-		switch p.b[p.pos] {
+		switch p.s[p.pos] {
 		case '{':
 			if depth+1 > p.lim.MaxDepth {
 				return fmt.Errorf("%w: sections nested deeper than %d", ErrTooLarge, p.lim.MaxDepth)
 			}
 			p.pos++
-			c := &Section{Name: name, Values: map[string]Value{}}
+			c := &p.sectionSlab.take(1)[0]
+			c.Name = name
 			if err := p.body(c, depth+1); err != nil {
 				return err
 			}
-			s.Sections = append(s.Sections, c)
+			p.subs = append(p.subs, c)
 		case '=':
 			p.pos++
 			v, err := p.value(true)
 			if err != nil {
 				return err
 			}
-			if _, dup := s.Values[name]; dup {
+			if p.assigned(p.fields[fbase:], &seen, name) {
 				return p.errorf("%q assigned twice", name)
 			}
-			s.Values[name] = v
+			p.fields = append(p.fields, Field{Name: name, Value: v})
 		default:
-			return p.errorf("%q is followed by %q, not '=' or '{'", name, p.b[p.pos])
+			return p.errorf("%q is followed by %q, not '=' or '{'", name, p.s[p.pos])
 		}
 	}
+	s.Fields = p.fieldSlab.copyOf(p.fields[fbase:])
+	s.Sections = p.subSlab.copyOf(p.subs[sbase:])
+	p.fields, p.subs = p.fields[:fbase], p.subs[:sbase]
+	return nil
+}
+
+// assigned says whether name is among a section's assignments fs so far,
+// and remembers it in *seen once there are more than dupScan of them.
+func (p *parser) assigned(fs []Field, seen *map[string]bool, name string) bool {
+	if len(fs) < dupScan {
+		for i := range fs {
+			if fs[i].Name == name {
+				return true
+			}
+		}
+		return false
+	}
+	if *seen == nil {
+		*seen = make(map[string]bool, 2*dupScan)
+		for i := range fs {
+			(*seen)[fs[i].Name] = true
+		}
+	}
+	if (*seen)[name] {
+		return true
+	}
+	(*seen)[name] = true
+	return false
 }
 
 func identChar(c byte) bool {
@@ -224,27 +287,27 @@ func identChar(c byte) bool {
 
 func (p *parser) ident() (string, error) {
 	start := p.pos
-	for p.pos < len(p.b) && identChar(p.b[p.pos]) {
+	for p.pos < len(p.s) && identChar(p.s[p.pos]) {
 		p.pos++
 	}
 	if p.pos == start {
-		return "", p.errorf("expected a name, found %q", p.b[p.pos])
+		return "", p.errorf("expected a name, found %q", p.s[p.pos])
 	}
-	return p.string(p.b[start:p.pos]), nil
+	return p.s[start:p.pos], nil
 }
 
 // value reads a string, number or (when list is allowed) a list.
 func (p *parser) value(list bool) (Value, error) {
 	p.skip()
-	if p.pos == len(p.b) {
+	if p.pos == len(p.s) {
 		return Value{}, p.errorf("missing value")
 	}
-	switch c := p.b[p.pos]; {
+	switch c := p.s[p.pos]; {
 	case c == '"':
 		s, err := p.str()
 		return Value{Kind: KindString, Str: s}, err
 	case c == '[' && list:
-		return p.list()
+		return p.readList()
 	case c == '-' || c >= '0' && c <= '9':
 		return p.number()
 	default:
@@ -252,17 +315,18 @@ func (p *parser) value(list bool) (Value, error) {
 	}
 }
 
-func (p *parser) list() (Value, error) {
+// readList reads a list; lists do not nest, so one scratch slice serves.
+func (p *parser) readList() (Value, error) {
 	p.pos++ // '['
-	v := Value{Kind: KindList}
+	p.list = p.list[:0]
 	for {
 		p.skip()
-		if p.pos < len(p.b) && p.b[p.pos] == ']' {
+		if p.pos < len(p.s) && p.s[p.pos] == ']' {
 			p.pos++
-			return v, nil
+			return Value{Kind: KindList, List: p.valueSlab.copyOf(p.list)}, nil
 		}
-		if len(v.List) > 0 {
-			if p.pos == len(p.b) || p.b[p.pos] != ',' {
+		if len(p.list) > 0 {
+			if p.pos == len(p.s) || p.s[p.pos] != ',' {
 				return Value{}, p.errorf("expected ',' or ']' in a list")
 			}
 			p.pos++
@@ -274,7 +338,7 @@ func (p *parser) list() (Value, error) {
 		if err != nil {
 			return Value{}, err
 		}
-		v.List = append(v.List, e)
+		p.list = append(p.list, e)
 	}
 }
 
@@ -282,16 +346,16 @@ func (p *parser) list() (Value, error) {
 func (p *parser) str() (string, error) {
 	p.pos++ // '"'
 	start, escaped := p.pos, false
-	for ; p.pos < len(p.b); p.pos++ {
-		switch p.b[p.pos] {
+	for ; p.pos < len(p.s); p.pos++ {
+		switch p.s[p.pos] {
 		case '\\':
 			escaped = true
 			p.pos++
 		case '"':
-			raw := p.b[start:p.pos]
+			raw := p.s[start:p.pos]
 			p.pos++
 			if !escaped {
-				return p.string(raw), nil
+				return raw, nil
 			}
 			out := make([]byte, 0, len(raw))
 			for i := 0; i < len(raw); i++ {
@@ -308,12 +372,12 @@ func (p *parser) str() (string, error) {
 
 func (p *parser) number() (Value, error) {
 	start := p.pos
-	if p.b[p.pos] == '-' {
+	if p.s[p.pos] == '-' {
 		p.pos++
 	}
 	float := false
-	for p.pos < len(p.b) {
-		c := p.b[p.pos]
+	for p.pos < len(p.s) {
+		c := p.s[p.pos]
 		if c == '.' {
 			float = true
 		} else if c < '0' || c > '9' {
@@ -321,7 +385,7 @@ func (p *parser) number() (Value, error) {
 		}
 		p.pos++
 	}
-	lit := string(p.b[start:p.pos])
+	lit := p.s[start:p.pos]
 	if float {
 		if _, err := strconv.ParseFloat(lit, 64); err != nil {
 			return Value{}, p.errorf("bad number %q", lit)
@@ -333,4 +397,40 @@ func (p *parser) number() (Value, error) {
 		return Value{}, p.errorf("bad number %q", lit)
 	}
 	return Value{Kind: KindInt, Int: n}, nil
+}
+
+// slab hands out slices of chunks, so that many small slices cost one
+// allocation per chunk. Chunks grow from slabMin to slabMax elements, so a
+// small text stays small; a request bigger than a quarter of slabMax gets
+// its own allocation. Each slice is capped at its length: an append to it
+// reallocates instead of writing into its neighbour.
+type slab[T any] struct {
+	free []T
+	next int
+}
+
+const slabMin, slabMax = 16, 1024
+
+// take returns n zero elements.
+func (sl *slab[T]) take(n int) []T {
+	if n > len(sl.free) {
+		if n > slabMax/4 {
+			return make([]T, n)
+		}
+		sl.next = min(max(2*sl.next, slabMin), slabMax)
+		sl.free = make([]T, max(sl.next, n))
+	}
+	out := sl.free[:n:n]
+	sl.free = sl.free[n:]
+	return out
+}
+
+// copyOf returns a copy of src (nil for none).
+func (sl *slab[T]) copyOf(src []T) []T {
+	if len(src) == 0 {
+		return nil
+	}
+	out := sl.take(len(src))
+	copy(out, src)
+	return out
 }

@@ -179,15 +179,28 @@ func ParseVG(text []byte, lim Limits) (*VG, error) {
 	if len(root.Sections) != 1 {
 		return nil, corrupt("metadata text", "%d top-level sections, want one VG", len(root.Sections))
 	}
-	if v, ok := root.Values["version"]; ok && (v.Kind != KindInt || v.Int != 1) {
+	if v, ok := root.Value("version"); ok && (v.Kind != KindInt || v.Int != 1) {
 		return nil, fmt.Errorf("%w: text format version %v", ErrUnsupported, v)
 	}
-	return buildVG(root.Sections[0])
+	var b builder
+	return b.vg(root.Sections[0])
+}
+
+// builder turns sections into a VG; its slabs hold the VG's small slices
+// (status, flags and tags lists, segments, areas), a few allocations for
+// the whole VG instead of several per LV.
+type builder struct {
+	strs  slab[string]
+	segs  slab[Segment]
+	areas slab[SegmentArea]
+	// scratch collects one segment's areas.
+	scratch []SegmentArea
 }
 
 // fields reads typed fields of one section and remembers the first error.
 type fields struct {
 	s   *Section
+	b   *builder
 	err error
 }
 
@@ -199,7 +212,7 @@ func (f *fields) fail(format string, args ...any) {
 
 func (f *fields) str(key string, required bool) string {
 	v, ok := f.s.String(key)
-	if !ok && (required || f.s.Values[key].Kind != 0) {
+	if _, present := f.s.Value(key); !ok && (required || present) {
 		f.fail("%s is missing or not a string", key)
 	}
 	return v
@@ -207,8 +220,9 @@ func (f *fields) str(key string, required bool) string {
 
 func (f *fields) uint(key string, required bool, max uint64) uint64 {
 	v, ok := f.s.Int(key)
+	_, present := f.s.Value(key)
 	switch {
-	case !ok && (required || f.s.Values[key].Kind != 0):
+	case !ok && (required || present):
 		f.fail("%s is missing or not an integer", key)
 	case ok && (v < 0 || uint64(v) > max):
 		f.fail("%s = %d is out of range", key, v)
@@ -224,15 +238,15 @@ func max0(v int64) int64 {
 }
 
 func (f *fields) strs(key string) []string {
-	v, ok := f.s.Strings(key)
+	v, ok := f.s.strings(key, &f.b.strs)
 	if !ok {
 		f.fail("%s is not a list of strings", key)
 	}
 	return v
 }
 
-func buildVG(s *Section) (*VG, error) {
-	f := &fields{s: s}
+func (b *builder) vg(s *Section) (*VG, error) {
+	f := &fields{s: s, b: b}
 	vg := &VG{
 		Name:       s.Name,
 		UUID:       f.str("id", true),
@@ -251,8 +265,9 @@ func buildVG(s *Section) (*VG, error) {
 		return nil, corrupt("metadata text", "%s: extent_size is 0", s.Name)
 	}
 	if pvs := s.Section("physical_volumes"); pvs != nil {
+		vg.PVs = make([]PV, 0, len(pvs.Sections))
 		for _, ps := range pvs.Sections {
-			pf := &fields{s: ps}
+			pf := &fields{s: ps, b: b}
 			pv := PV{Name: ps.Name, UUID: pf.str("id", true), Device: pf.str("device", false),
 				PEStart: pf.uint("pe_start", true, math.MaxInt64), PECount: pf.uint("pe_count", true, maxExtentCount),
 				Status: pf.strs("status"), Tags: pf.strs("tags")}
@@ -263,8 +278,9 @@ func buildVG(s *Section) (*VG, error) {
 		}
 	}
 	if lvs := s.Section("logical_volumes"); lvs != nil {
+		vg.LVs = make([]LV, 0, len(lvs.Sections))
 		for _, ls := range lvs.Sections {
-			lv, err := buildLV(ls)
+			lv, err := b.lv(ls)
 			if err != nil {
 				return nil, err
 			}
@@ -277,8 +293,8 @@ func buildVG(s *Section) (*VG, error) {
 	return vg, nil
 }
 
-func buildLV(s *Section) (LV, error) {
-	f := &fields{s: s}
+func (b *builder) lv(s *Section) (LV, error) {
+	f := &fields{s: s, b: b}
 	lv := LV{Name: s.Name, UUID: f.str("id", true), Status: f.strs("status"), Flags: f.strs("flags"),
 		Tags: f.strs("tags"), AllocationPolicy: f.str("allocation_policy", false)}
 	n := f.uint("segment_count", true, 1<<20)
@@ -288,16 +304,23 @@ func buildLV(s *Section) (LV, error) {
 	if n != uint64(len(s.Sections)) {
 		return LV{}, corrupt("metadata text", "%s: segment_count %d, %d segment sections", s.Name, n, len(s.Sections))
 	}
-	for i := uint64(1); i <= n; i++ {
-		ss := s.Section("segment" + strconv.FormatUint(i, 10))
-		if ss == nil {
-			return LV{}, corrupt("metadata text", "%s: segment%d is missing", s.Name, i)
+	lv.Segments = b.segs.take(int(n))
+	for i := range lv.Segments {
+		name := "segment" + strconv.Itoa(i+1)
+		// lvm writes them in order; any order is read, but the usual one
+		// without a search per segment.
+		ss := s.Sections[i]
+		if ss.Name != name {
+			ss = s.Section(name)
 		}
-		seg, err := buildSegment(ss)
+		if ss == nil {
+			return LV{}, corrupt("metadata text", "%s: %s is missing", s.Name, name)
+		}
+		seg, err := b.segment(ss)
 		if err != nil {
 			return LV{}, err
 		}
-		lv.Segments = append(lv.Segments, seg)
+		lv.Segments[i] = seg
 	}
 	var total uint64
 	for _, seg := range lv.Segments {
@@ -312,8 +335,8 @@ func buildLV(s *Section) (LV, error) {
 	return lv, nil
 }
 
-func buildSegment(s *Section) (Segment, error) {
-	f := &fields{s: s}
+func (b *builder) segment(s *Section) (Segment, error) {
+	f := &fields{s: s, b: b}
 	seg := Segment{
 		StartExtent: f.uint("start_extent", true, maxExtentCount),
 		ExtentCount: f.uint("extent_count", true, maxExtentCount),
@@ -325,8 +348,9 @@ func buildSegment(s *Section) (Segment, error) {
 		PoolData:    f.str("pool", false),
 	}
 	seg.ZeroNewBlocks = f.uint("zero_new_blocks", false, 1) == 1
+	b.scratch = b.scratch[:0]
 	for _, key := range []string{"stripes", "mirrors", "raids"} {
-		v, ok := s.Values[key]
+		v, ok := s.Value(key)
 		if !ok {
 			continue
 		}
@@ -340,9 +364,10 @@ func buildSegment(s *Section) (Segment, error) {
 				f.fail("%s has a bad entry", key)
 				break
 			}
-			seg.Areas = append(seg.Areas, SegmentArea{Name: name.Str, Start: uint64(start.Int)})
+			b.scratch = append(b.scratch, SegmentArea{Name: name.Str, Start: uint64(start.Int)})
 		}
 	}
+	seg.Areas = b.areas.copyOf(b.scratch)
 	if f.err != nil {
 		return Segment{}, f.err
 	}

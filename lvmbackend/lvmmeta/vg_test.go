@@ -107,8 +107,12 @@ func TestParseTextLimits(t *testing.T) {
 	require.ErrorIs(t, err, ErrTooLarge, "depth")
 	root, err := ParseText([]byte("x = 1.5 # comment\ny = -3\x00\x00"), DefaultLimits)
 	require.NoError(t, err)
-	assert.Equal(t, Value{Kind: KindFloat, Str: "1.5"}, root.Values["x"])
-	assert.Equal(t, Value{Kind: KindInt, Int: -3}, root.Values["y"])
+	assert.Equal(t, []Field{{"x", Value{Kind: KindFloat, Str: "1.5"}}, {"y", Value{Kind: KindInt, Int: -3}}}, root.Fields)
+	v, ok := root.Value("y")
+	assert.True(t, ok)
+	assert.Equal(t, int64(-3), v.Int)
+	_, ok = root.Value("z")
+	assert.False(t, ok)
 }
 
 func nest(n int) string {
