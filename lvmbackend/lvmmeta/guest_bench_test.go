@@ -48,6 +48,17 @@ func manyLVs(t *testing.T, vg string) {
 	lvm(t, "vgcfgrestore", "-f", backup, vg)
 }
 
+// capturePV copies the label and metadata area of the benchmark's PV into
+// $LVM_AGENT_RESULTS/bench-pv.img (the share directory), for profiling
+// the reader on the host: BenchmarkScan's -pv flag.
+func capturePV(t *testing.T, dev string) {
+	dir := os.Getenv("LVM_AGENT_RESULTS")
+	if dir == "" {
+		return
+	}
+	run(t, "dd", "if="+dev, "of="+filepath.Join(dir, "bench-pv.img"), "bs=1M", "count=17")
+}
+
 func median(ds []time.Duration) time.Duration {
 	s := slices.Clone(ds)
 	slices.Sort(s)
@@ -73,6 +84,7 @@ func TestGuestBench(t *testing.T) {
 	lvm(t, "vgchange", "-s", "1m", vg)
 	lvm(t, "lvcreate", "-y", "-an", "-Zn", "-L", "1m", "-n", "first", vg)
 	manyLVs(t, vg)
+	capturePV(t, devs[0])
 	lvmd, execLog := startLVMD(t, vg)
 	direct := lvmbackend.NewDirect(lvmd, lvmbackend.DirectConfig{DM: dm, Devices: devs,
 		Classes: []lvmbackend.DirectClass{{Name: "bench", VolumeGroup: vg}}})
@@ -121,6 +133,12 @@ func TestGuestBench(t *testing.T) {
 		return m
 	}
 	assert.Equal(t, byName(viaLVMD), byName(vols), "the same tags as lvmd's GetLVList")
+	backup := filepath.Join(t.TempDir(), "vg")
+	lvm(t, "vgcfgbackup", "-f", backup, vg)
+	text, err := os.ReadFile(backup)
+	require.NoError(t, err)
+	parse := timeIt(t, n, func() error { _, err := lvmmeta.ParseVG(text, lvmmeta.DefaultLimits); return err })
+	row("ParseVG alone, on the VG text vgcfgbackup writes (%d KiB): %v", len(text)>>10, parse.Round(time.Microsecond))
 	row("tags of %d LVs: pure Go %v (parse included; %v with the parsed text cached), lvs %v, lvmd GetLVList %v",
 		benchLVs+1, goCold.Round(time.Microsecond), goWarm.Round(time.Microsecond), lvs.Round(time.Millisecond), getLVList.Round(time.Millisecond))
 	row("ratio lvs / pure Go: %.0fx, GetLVList / pure Go: %.0fx (goal >= 30x); with the text cached: %.0fx, %.0fx",

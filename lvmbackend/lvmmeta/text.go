@@ -136,7 +136,24 @@ func ParseText(b []byte, lim Limits) (*Section, error) {
 	if uint64(len(b)) > lim.MaxText {
 		return nil, fmt.Errorf("%w: text of %d bytes (limit %d)", ErrTooLarge, len(b), lim.MaxText)
 	}
-	p := &parser{s: string(b), lim: lim}
+	return parse(b, lim, nil)
+}
+
+// itemSink takes sections out of the tree as they close: those at depth 3
+// (root > a > list > here) under a list it names. Their memory is reused
+// for the next one, so that a VG text's thousand LVs cost the memory of
+// one while being parsed.
+type itemSink interface {
+	takes(list string) bool
+	item(list string, s *Section) error
+}
+
+func parse(b []byte, lim Limits, sink itemSink) (*Section, error) {
+	if uint64(len(b)) > lim.MaxText {
+		return nil, fmt.Errorf("%w: text of %d bytes (limit %d)", ErrTooLarge, len(b), lim.MaxText)
+	}
+	p := &parser{s: string(b), lim: lim, sink: sink}
+	p.cur = &p.kept
 	root := &Section{}
 	if err := p.body(root, 0); err != nil {
 		return nil, err
@@ -155,11 +172,25 @@ type parser struct {
 	fields []Field
 	subs   []*Section
 	list   []Value
-	// The slabs the results are copied into.
-	fieldSlab   slab[Field]
-	subSlab     slab[*Section]
-	sectionSlab slab[Section]
-	valueSlab   slab[Value]
+	// The slabs the results are copied into: kept for the tree, item for
+	// the section the sink takes next; cur is the one in use.
+	kept, item slabs
+	cur        *slabs
+	sink       itemSink
+}
+
+type slabs struct {
+	fields   slab[Field]
+	subs     slab[*Section]
+	sections slab[Section]
+	values   slab[Value]
+}
+
+func (s *slabs) reset() {
+	s.fields.reset()
+	s.subs.reset()
+	s.sections.reset()
+	s.values.reset()
 }
 
 // dupScan is the number of assignments in a section up to which a key is
@@ -230,12 +261,24 @@ func (p *parser) body(s *Section, depth int) error {
 				return fmt.Errorf("%w: sections nested deeper than %d", ErrTooLarge, p.lim.MaxDepth)
 			}
 			p.pos++
-			c := &p.sectionSlab.take(1)[0]
+			taken := depth == 2 && p.sink != nil && p.sink.takes(s.Name)
+			if taken {
+				p.cur = &p.item
+			}
+			c := &p.cur.sections.take(1)[0]
 			c.Name = name
 			if err := p.body(c, depth+1); err != nil {
 				return err
 			}
-			p.subs = append(p.subs, c)
+			if !taken {
+				p.subs = append(p.subs, c)
+				break
+			}
+			if err := p.sink.item(s.Name, c); err != nil {
+				return err
+			}
+			p.item.reset()
+			p.cur = &p.kept
 		case '=':
 			p.pos++
 			v, err := p.value(true)
@@ -250,8 +293,8 @@ func (p *parser) body(s *Section, depth int) error {
 			return p.errorf("%q is followed by %q, not '=' or '{'", name, p.s[p.pos])
 		}
 	}
-	s.Fields = p.fieldSlab.copyOf(p.fields[fbase:])
-	s.Sections = p.subSlab.copyOf(p.subs[sbase:])
+	s.Fields = p.cur.fields.copyOf(p.fields[fbase:])
+	s.Sections = p.cur.subs.copyOf(p.subs[sbase:])
 	p.fields, p.subs = p.fields[:fbase], p.subs[:sbase]
 	return nil
 }
@@ -323,7 +366,7 @@ func (p *parser) readList() (Value, error) {
 		p.skip()
 		if p.pos < len(p.s) && p.s[p.pos] == ']' {
 			p.pos++
-			return Value{Kind: KindList, List: p.valueSlab.copyOf(p.list)}, nil
+			return Value{Kind: KindList, List: p.cur.values.copyOf(p.list)}, nil
 		}
 		if len(p.list) > 0 {
 			if p.pos == len(p.s) || p.s[p.pos] != ',' {
@@ -405,8 +448,8 @@ func (p *parser) number() (Value, error) {
 // its own allocation. Each slice is capped at its length: an append to it
 // reallocates instead of writing into its neighbour.
 type slab[T any] struct {
-	free []T
-	next int
+	free, chunk []T
+	next        int
 }
 
 const slabMin, slabMax = 16, 1024
@@ -418,11 +461,19 @@ func (sl *slab[T]) take(n int) []T {
 			return make([]T, n)
 		}
 		sl.next = min(max(2*sl.next, slabMin), slabMax)
-		sl.free = make([]T, max(sl.next, n))
+		sl.chunk = make([]T, max(sl.next, n))
+		sl.free = sl.chunk
 	}
 	out := sl.free[:n:n]
 	sl.free = sl.free[n:]
 	return out
+}
+
+// reset makes the last chunk's memory free again, zeroed: nothing taken
+// from it may be in use.
+func (sl *slab[T]) reset() {
+	clear(sl.chunk[:len(sl.chunk)-len(sl.free)])
+	sl.free = sl.chunk
 }
 
 // copyOf returns a copy of src (nil for none).

@@ -172,7 +172,8 @@ const maxExtentCount = 1 << 40
 // ParseVG parses committed VG text. The text holds exactly one section, the
 // VG, besides a few top-level assignments (contents, version, description).
 func ParseVG(text []byte, lim Limits) (*VG, error) {
-	root, err := ParseText(text, lim)
+	var b builder
+	root, err := parse(text, lim, &b)
 	if err != nil {
 		return nil, err
 	}
@@ -182,14 +183,16 @@ func ParseVG(text []byte, lim Limits) (*VG, error) {
 	if v, ok := root.Value("version"); ok && (v.Kind != KindInt || v.Int != 1) {
 		return nil, fmt.Errorf("%w: text format version %v", ErrUnsupported, v)
 	}
-	var b builder
 	return b.vg(root.Sections[0])
 }
 
-// builder turns sections into a VG; its slabs hold the VG's small slices
-// (status, flags and tags lists, segments, areas), a few allocations for
-// the whole VG instead of several per LV.
+// builder turns sections into a VG. It takes each PV and LV from the
+// parser as its section closes (an itemSink); its slabs hold the VG's
+// small slices (status, flags and tags lists, segments, areas), a few
+// allocations for the whole VG instead of several per LV.
 type builder struct {
+	pvs   []PV
+	lvs   []LV
 	strs  slab[string]
 	segs  slab[Segment]
 	areas slab[SegmentArea]
@@ -264,33 +267,49 @@ func (b *builder) vg(s *Section) (*VG, error) {
 	if vg.ExtentSize == 0 {
 		return nil, corrupt("metadata text", "%s: extent_size is 0", s.Name)
 	}
-	if pvs := s.Section("physical_volumes"); pvs != nil {
-		vg.PVs = make([]PV, 0, len(pvs.Sections))
-		for _, ps := range pvs.Sections {
-			pf := &fields{s: ps, b: b}
-			pv := PV{Name: ps.Name, UUID: pf.str("id", true), Device: pf.str("device", false),
-				PEStart: pf.uint("pe_start", true, math.MaxInt64), PECount: pf.uint("pe_count", true, maxExtentCount),
-				Status: pf.strs("status"), Tags: pf.strs("tags")}
-			if pf.err != nil {
-				return nil, pf.err
-			}
-			vg.PVs = append(vg.PVs, pv)
+	for _, list := range []string{"physical_volumes", "logical_volumes"} {
+		if n := countSections(s, list); n > 1 {
+			return nil, corrupt("metadata text", "%s: %d %s sections", s.Name, n, list)
 		}
 	}
-	if lvs := s.Section("logical_volumes"); lvs != nil {
-		vg.LVs = make([]LV, 0, len(lvs.Sections))
-		for _, ls := range lvs.Sections {
-			lv, err := b.lv(ls)
-			if err != nil {
-				return nil, err
-			}
-			vg.LVs = append(vg.LVs, lv)
-		}
-	}
+	vg.PVs, vg.LVs = b.pvs, b.lvs
 	if err := vg.link(); err != nil {
 		return nil, err
 	}
 	return vg, nil
+}
+
+func (b *builder) takes(list string) bool {
+	return list == "physical_volumes" || list == "logical_volumes"
+}
+
+func (b *builder) item(list string, s *Section) error {
+	if list == "physical_volumes" {
+		pv, err := b.pv(s)
+		b.pvs = append(b.pvs, pv)
+		return err
+	}
+	lv, err := b.lv(s)
+	b.lvs = append(b.lvs, lv)
+	return err
+}
+
+func countSections(s *Section, name string) int {
+	n := 0
+	for _, c := range s.Sections {
+		if c.Name == name {
+			n++
+		}
+	}
+	return n
+}
+
+func (b *builder) pv(s *Section) (PV, error) {
+	f := &fields{s: s, b: b}
+	pv := PV{Name: s.Name, UUID: f.str("id", true), Device: f.str("device", false),
+		PEStart: f.uint("pe_start", true, math.MaxInt64), PECount: f.uint("pe_count", true, maxExtentCount),
+		Status: f.strs("status"), Tags: f.strs("tags")}
+	return pv, f.err
 }
 
 func (b *builder) lv(s *Section) (LV, error) {
@@ -306,15 +325,14 @@ func (b *builder) lv(s *Section) (LV, error) {
 	}
 	lv.Segments = b.segs.take(int(n))
 	for i := range lv.Segments {
-		name := "segment" + strconv.Itoa(i+1)
 		// lvm writes them in order; any order is read, but the usual one
 		// without a search per segment.
+		num := strconv.Itoa(i + 1)
 		ss := s.Sections[i]
-		if ss.Name != name {
-			ss = s.Section(name)
-		}
-		if ss == nil {
-			return LV{}, corrupt("metadata text", "%s: %s is missing", s.Name, name)
+		if !strings.HasPrefix(ss.Name, "segment") || ss.Name[len("segment"):] != num {
+			if ss = s.Section("segment" + num); ss == nil {
+				return LV{}, corrupt("metadata text", "%s: segment%s is missing", s.Name, num)
+			}
 		}
 		seg, err := b.segment(ss)
 		if err != nil {
