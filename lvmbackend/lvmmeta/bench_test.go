@@ -2,6 +2,7 @@ package lvmmeta
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -26,6 +27,10 @@ func BenchmarkParseVG(b *testing.B) {
 // with a fresh Reader, which parses the text, and cached with one Reader,
 // whose header still points at the text it parsed.
 func BenchmarkScan(b *testing.B) {
+	if *flagPV != "" {
+		benchScan(b, []string{*flagPV})
+		return
+	}
 	text := manyLVText(b, 1000)
 	// vg0's second PV keeps no text (pvchange --metadataignore), so that
 	// one text is parsed, as on the guest's one-PV VG.
@@ -41,6 +46,12 @@ func BenchmarkScan(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	benchScan(b, paths)
+}
+
+var flagPV = flag.String("pv", "", "BenchmarkScan: a PV image to read instead of the generated one (scripts/vm/bench.sh meta leaves a real one in its share: results/bench-pv.img)")
+
+func benchScan(b *testing.B, paths []string) {
 	scan := func(rd *Reader) {
 		st, err := rd.Scan(context.Background(), paths)
 		if err != nil {
@@ -51,7 +62,6 @@ func BenchmarkScan(b *testing.B) {
 		}
 	}
 	b.Run("cold", func(b *testing.B) {
-		b.SetBytes(int64(len(text)))
 		b.ReportAllocs()
 		for b.Loop() {
 			scan(NewReader(Limits{}))

@@ -3,6 +3,7 @@ package lvmmeta
 import (
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // Limits bound what the reader accepts from a disk, whose metadata may have
@@ -91,15 +92,15 @@ func (s *Section) Int(key string) (int64, bool) {
 // Strings returns a list of strings; a missing key is an empty list, and a
 // list with anything else in it is not ok.
 func (s *Section) Strings(key string) ([]string, bool) {
-	return s.strings(key, nil)
-}
-
-// strings is Strings with the result taken from sl when one is given.
-func (s *Section) strings(key string, sl *slab[string]) ([]string, bool) {
 	v, ok := s.Value(key)
 	if !ok {
 		return nil, true
 	}
+	return v.strings(nil)
+}
+
+// strings is v's list of strings, taken from sl when one is given.
+func (v *Value) strings(sl *slab[string]) ([]string, bool) {
 	if v.Kind != KindList {
 		return nil, false
 	}
@@ -133,10 +134,7 @@ func (s *Section) strings(key string, sl *slab[string]) ([]string, bool) {
 // items instead of several per item (one VG text repeats the same dozen
 // keys for each of its LVs), and the result keeps the text's memory.
 func ParseText(b []byte, lim Limits) (*Section, error) {
-	if uint64(len(b)) > lim.MaxText {
-		return nil, fmt.Errorf("%w: text of %d bytes (limit %d)", ErrTooLarge, len(b), lim.MaxText)
-	}
-	return parse(b, lim, nil)
+	return parse(string(b), lim, nil)
 }
 
 // itemSink takes sections out of the tree as they close: those at depth 3
@@ -148,11 +146,11 @@ type itemSink interface {
 	item(list string, s *Section) error
 }
 
-func parse(b []byte, lim Limits, sink itemSink) (*Section, error) {
-	if uint64(len(b)) > lim.MaxText {
-		return nil, fmt.Errorf("%w: text of %d bytes (limit %d)", ErrTooLarge, len(b), lim.MaxText)
+func parse(text string, lim Limits, sink itemSink) (*Section, error) {
+	if uint64(len(text)) > lim.MaxText {
+		return nil, fmt.Errorf("%w: text of %d bytes (limit %d)", ErrTooLarge, len(text), lim.MaxText)
 	}
-	p := &parser{s: string(b), lim: lim, sink: sink}
+	p := &parser{s: text, lim: lim, sink: sink}
 	p.cur = &p.kept
 	root := &Section{}
 	if err := p.body(root, 0); err != nil {
@@ -201,20 +199,50 @@ func (p *parser) errorf(format string, args ...any) error {
 	return corrupt("metadata text", "at byte %d: %s", p.pos, fmt.Sprintf(format, args...))
 }
 
-// skip passes whitespace, comments and the NUL bytes lvm pads the text with.
-func (p *parser) skip() {
-	for p.pos < len(p.s) {
-		switch c := p.s[p.pos]; {
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == 0:
-			p.pos++
-		case c == '#':
-			for p.pos < len(p.s) && p.s[p.pos] != '\n' {
-				p.pos++
-			}
-		default:
-			return
+// The scanner looks each byte up in byteClass, and finds the end of a
+// comment or string with strings.IndexByte (vectorised), instead of
+// comparing byte by byte: under emulation (the TCG guest) the parse costs
+// what its instructions do.
+var byteClass = func() (t [256]uint8) {
+	for _, c := range []byte(" \t\n\r\x00") {
+		t[c] = classSpace
+	}
+	for c := range 256 {
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			c == '_' || c == '.' || c == '+' || c == '-' {
+			t[c] = classIdent
 		}
 	}
+	return t
+}()
+
+const (
+	classSpace = 1 + iota
+	classIdent
+)
+
+// skip passes whitespace, comments and the NUL bytes lvm pads the text with.
+// Its loops, like ident's and number's, keep the position in a local: the
+// compiler then holds it in a register instead of storing p.pos per byte.
+func (p *parser) skip() {
+	s, i := p.s, p.pos
+	for i < len(s) {
+		c := s[i]
+		if byteClass[c] == classSpace {
+			i++
+			continue
+		}
+		if c != '#' {
+			break
+		}
+		n := strings.IndexByte(s[i:], '\n')
+		if n < 0 {
+			i = len(s)
+			break
+		}
+		i += n
+	}
+	p.pos = i
 }
 
 func (p *parser) count() error {
@@ -323,17 +351,14 @@ func (p *parser) assigned(fs []Field, seen *map[string]bool, name string) bool {
 	return false
 }
 
-func identChar(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
-		c == '_' || c == '.' || c == '+' || c == '-'
-}
-
 func (p *parser) ident() (string, error) {
-	start := p.pos
-	for p.pos < len(p.s) && identChar(p.s[p.pos]) {
-		p.pos++
+	s, start := p.s, p.pos
+	i := start
+	for i < len(s) && byteClass[s[i]] == classIdent {
+		i++
 	}
-	if p.pos == start {
+	p.pos = i
+	if i == start {
 		return "", p.errorf("expected a name, found %q", p.s[p.pos])
 	}
 	return p.s[start:p.pos], nil
@@ -388,6 +413,13 @@ func (p *parser) readList() (Value, error) {
 // str reads a quoted string; lvm escapes '"' and '\' with a backslash.
 func (p *parser) str() (string, error) {
 	p.pos++ // '"'
+	if end := strings.IndexByte(p.s[p.pos:], '"'); end >= 0 {
+		if raw := p.s[p.pos : p.pos+end]; strings.IndexByte(raw, '\\') < 0 {
+			p.pos += end + 1
+			return raw, nil
+		}
+	}
+	// Escapes (the quote found may be one), or not closed.
 	start, escaped := p.pos, false
 	for ; p.pos < len(p.s); p.pos++ {
 		switch p.s[p.pos] {
@@ -414,21 +446,22 @@ func (p *parser) str() (string, error) {
 }
 
 func (p *parser) number() (Value, error) {
-	start := p.pos
-	if p.s[p.pos] == '-' {
-		p.pos++
+	s, start := p.s, p.pos
+	i := start
+	if s[i] == '-' {
+		i++
 	}
 	float := false
-	for p.pos < len(p.s) {
-		c := p.s[p.pos]
+	for ; i < len(s); i++ {
+		c := s[i]
 		if c == '.' {
 			float = true
 		} else if c < '0' || c > '9' {
 			break
 		}
-		p.pos++
 	}
-	lit := p.s[start:p.pos]
+	p.pos = i
+	lit := s[start:i]
 	if float {
 		if _, err := strconv.ParseFloat(lit, 64); err != nil {
 			return Value{}, p.errorf("bad number %q", lit)

@@ -145,7 +145,21 @@ func (vg *VG) FreeExtents() uint64 {
 // DMUUID is the device-mapper uuid lvm gives an LV's device:
 // "LVM-" + the VG's and the LV's uuids without dashes.
 func (vg *VG) DMUUID(lv *LV) string {
-	return "LVM-" + strings.ReplaceAll(vg.UUID, "-", "") + strings.ReplaceAll(lv.UUID, "-", "")
+	return string(vg.AppendDMUUID(make([]byte, 0, 4+len(vg.UUID)+len(lv.UUID)), lv))
+}
+
+// AppendDMUUID appends DMUUID(lv) to b: a listing looks each LV's device
+// up with one buffer instead of a string per LV.
+func (vg *VG) AppendDMUUID(b []byte, lv *LV) []byte {
+	b = append(b, "LVM-"...)
+	for _, u := range [2]string{vg.UUID, lv.UUID} {
+		for i := 0; i < len(u); i++ {
+			if u[i] != '-' {
+				b = append(b, u[i])
+			}
+		}
+	}
+	return b
 }
 
 // DMDevice is the name and uuid of the device-mapper device whose state
@@ -172,6 +186,12 @@ const maxExtentCount = 1 << 40
 // ParseVG parses committed VG text. The text holds exactly one section, the
 // VG, besides a few top-level assignments (contents, version, description).
 func ParseVG(text []byte, lim Limits) (*VG, error) {
+	return parseVG(string(text), lim)
+}
+
+// parseVG is ParseVG on a text the caller will not change: the VG's
+// strings are slices of it.
+func parseVG(text string, lim Limits) (*VG, error) {
 	var b builder
 	root, err := parse(text, lim, &b)
 	if err != nil {
@@ -200,11 +220,15 @@ type builder struct {
 	scratch []SegmentArea
 }
 
-// fields reads typed fields of one section and remembers the first error.
+// fields reads one section's typed values, in one pass over its
+// assignments with a switch on the name (a lookup per key would compare
+// every name again for each), and remembers the first error.
 type fields struct {
 	s   *Section
 	b   *builder
 	err error
+	// have has bit i set once the i-th key passed to require was seen.
+	have uint8
 }
 
 func (f *fields) fail(format string, args ...any) {
@@ -213,24 +237,30 @@ func (f *fields) fail(format string, args ...any) {
 	}
 }
 
-func (f *fields) str(key string, required bool) string {
-	v, ok := f.s.String(key)
-	if _, present := f.s.Value(key); !ok && (required || present) {
-		f.fail("%s is missing or not a string", key)
+// require fails for the first of keys whose bit in have is clear.
+func (f *fields) require(keys ...string) {
+	for i, k := range keys {
+		if f.have&(1<<i) == 0 {
+			f.fail("%s is missing", k)
+		}
 	}
-	return v
 }
 
-func (f *fields) uint(key string, required bool, max uint64) uint64 {
-	v, ok := f.s.Int(key)
-	_, present := f.s.Value(key)
-	switch {
-	case !ok && (required || present):
-		f.fail("%s is missing or not an integer", key)
-	case ok && (v < 0 || uint64(v) > max):
-		f.fail("%s = %d is out of range", key, v)
+func (f *fields) str(fl *Field) string {
+	if fl.Kind != KindString {
+		f.fail("%s is not a string", fl.Name)
 	}
-	return uint64(max0(v))
+	return fl.Str
+}
+
+func (f *fields) uint(fl *Field, max uint64) uint64 {
+	switch {
+	case fl.Kind != KindInt:
+		f.fail("%s is not an integer", fl.Name)
+	case fl.Int < 0 || uint64(fl.Int) > max:
+		f.fail("%s = %d is out of range", fl.Name, fl.Int)
+	}
+	return uint64(max0(fl.Int))
 }
 
 func max0(v int64) int64 {
@@ -240,27 +270,38 @@ func max0(v int64) int64 {
 	return v
 }
 
-func (f *fields) strs(key string) []string {
-	v, ok := f.s.strings(key, &f.b.strs)
+func (f *fields) strs(fl *Field) []string {
+	v, ok := fl.strings(&f.b.strs)
 	if !ok {
-		f.fail("%s is not a list of strings", key)
+		f.fail("%s is not a list of strings", fl.Name)
 	}
 	return v
 }
 
 func (b *builder) vg(s *Section) (*VG, error) {
 	f := &fields{s: s, b: b}
-	vg := &VG{
-		Name:       s.Name,
-		UUID:       f.str("id", true),
-		Seqno:      f.uint("seqno", true, math.MaxInt64),
-		ExtentSize: f.uint("extent_size", true, 1<<32) * sectorSize,
-		Status:     f.strs("status"),
-		Flags:      f.strs("flags"),
-		Tags:       f.strs("tags"),
-		LockType:   f.str("lock_type", false),
-		SystemID:   f.str("system_id", false),
+	vg := &VG{Name: s.Name}
+	for i := range s.Fields {
+		switch fl := &s.Fields[i]; fl.Name {
+		case "id":
+			vg.UUID, f.have = f.str(fl), f.have|1
+		case "seqno":
+			vg.Seqno, f.have = f.uint(fl, math.MaxInt64), f.have|2
+		case "extent_size":
+			vg.ExtentSize, f.have = f.uint(fl, 1<<32)*sectorSize, f.have|4
+		case "status":
+			vg.Status = f.strs(fl)
+		case "flags":
+			vg.Flags = f.strs(fl)
+		case "tags":
+			vg.Tags = f.strs(fl)
+		case "lock_type":
+			vg.LockType = f.str(fl)
+		case "system_id":
+			vg.SystemID = f.str(fl)
+		}
 	}
+	f.require("id", "seqno", "extent_size")
 	if f.err != nil {
 		return nil, f.err
 	}
@@ -290,6 +331,11 @@ func (b *builder) item(list string, s *Section) error {
 		return err
 	}
 	lv, err := b.lv(s)
+	if len(b.lvs) == cap(b.lvs) {
+		// Doubling: append grows a big slice by a quarter, copying a
+		// thousand LVs a dozen times.
+		b.lvs = slices.Grow(b.lvs, max(len(b.lvs), 16))
+	}
 	b.lvs = append(b.lvs, lv)
 	return err
 }
@@ -306,17 +352,48 @@ func countSections(s *Section, name string) int {
 
 func (b *builder) pv(s *Section) (PV, error) {
 	f := &fields{s: s, b: b}
-	pv := PV{Name: s.Name, UUID: f.str("id", true), Device: f.str("device", false),
-		PEStart: f.uint("pe_start", true, math.MaxInt64), PECount: f.uint("pe_count", true, maxExtentCount),
-		Status: f.strs("status"), Tags: f.strs("tags")}
+	pv := PV{Name: s.Name}
+	for i := range s.Fields {
+		switch fl := &s.Fields[i]; fl.Name {
+		case "id":
+			pv.UUID, f.have = f.str(fl), f.have|1
+		case "pe_start":
+			pv.PEStart, f.have = f.uint(fl, math.MaxInt64), f.have|2
+		case "pe_count":
+			pv.PECount, f.have = f.uint(fl, maxExtentCount), f.have|4
+		case "device":
+			pv.Device = f.str(fl)
+		case "status":
+			pv.Status = f.strs(fl)
+		case "tags":
+			pv.Tags = f.strs(fl)
+		}
+	}
+	f.require("id", "pe_start", "pe_count")
 	return pv, f.err
 }
 
 func (b *builder) lv(s *Section) (LV, error) {
 	f := &fields{s: s, b: b}
-	lv := LV{Name: s.Name, UUID: f.str("id", true), Status: f.strs("status"), Flags: f.strs("flags"),
-		Tags: f.strs("tags"), AllocationPolicy: f.str("allocation_policy", false)}
-	n := f.uint("segment_count", true, 1<<20)
+	lv := LV{Name: s.Name}
+	var n uint64
+	for i := range s.Fields {
+		switch fl := &s.Fields[i]; fl.Name {
+		case "id":
+			lv.UUID, f.have = f.str(fl), f.have|1
+		case "segment_count":
+			n, f.have = f.uint(fl, 1<<20), f.have|2
+		case "status":
+			lv.Status = f.strs(fl)
+		case "flags":
+			lv.Flags = f.strs(fl)
+		case "tags":
+			lv.Tags = f.strs(fl)
+		case "allocation_policy":
+			lv.AllocationPolicy = f.str(fl)
+		}
+	}
+	f.require("id", "segment_count")
 	if f.err != nil {
 		return LV{}, f.err
 	}
@@ -355,31 +432,54 @@ func (b *builder) lv(s *Section) (LV, error) {
 
 func (b *builder) segment(s *Section) (Segment, error) {
 	f := &fields{s: s, b: b}
-	seg := Segment{
-		StartExtent: f.uint("start_extent", true, maxExtentCount),
-		ExtentCount: f.uint("extent_count", true, maxExtentCount),
-		Type:        f.str("type", true),
-		ThinPool:    f.str("thin_pool", false),
-		Origin:      f.str("origin", false),
-		CowStore:    f.str("cow_store", false),
-		Metadata:    f.str("metadata", false),
-		PoolData:    f.str("pool", false),
+	var seg Segment
+	// The area lists, read in this order: stripes, mirrors, raids.
+	var areas [3]*Field
+	var stripeCount *Field
+	for i := range s.Fields {
+		switch fl := &s.Fields[i]; fl.Name {
+		case "start_extent":
+			seg.StartExtent, f.have = f.uint(fl, maxExtentCount), f.have|1
+		case "extent_count":
+			seg.ExtentCount, f.have = f.uint(fl, maxExtentCount), f.have|2
+		case "type":
+			seg.Type, f.have = f.str(fl), f.have|4
+		case "thin_pool":
+			seg.ThinPool = f.str(fl)
+		case "origin":
+			seg.Origin = f.str(fl)
+		case "cow_store":
+			seg.CowStore = f.str(fl)
+		case "metadata":
+			seg.Metadata = f.str(fl)
+		case "pool":
+			seg.PoolData = f.str(fl)
+		case "zero_new_blocks":
+			seg.ZeroNewBlocks = f.uint(fl, 1) == 1
+		case "stripe_count":
+			stripeCount = fl
+		case "stripes":
+			areas[0] = fl
+		case "mirrors":
+			areas[1] = fl
+		case "raids":
+			areas[2] = fl
+		}
 	}
-	seg.ZeroNewBlocks = f.uint("zero_new_blocks", false, 1) == 1
+	f.require("start_extent", "extent_count", "type")
 	b.scratch = b.scratch[:0]
-	for _, key := range []string{"stripes", "mirrors", "raids"} {
-		v, ok := s.Value(key)
-		if !ok {
+	for _, fl := range areas {
+		if fl == nil {
 			continue
 		}
-		if v.Kind != KindList || len(v.List)%2 != 0 {
-			f.fail("%s is not a list of name, extent pairs", key)
+		if fl.Kind != KindList || len(fl.List)%2 != 0 {
+			f.fail("%s is not a list of name, extent pairs", fl.Name)
 			break
 		}
-		for i := 0; i < len(v.List); i += 2 {
-			name, start := v.List[i], v.List[i+1]
+		for i := 0; i < len(fl.List); i += 2 {
+			name, start := fl.List[i], fl.List[i+1]
 			if name.Kind != KindString || start.Kind != KindInt || start.Int < 0 {
-				f.fail("%s has a bad entry", key)
+				f.fail("%s has a bad entry", fl.Name)
 				break
 			}
 			b.scratch = append(b.scratch, SegmentArea{Name: name.Str, Start: uint64(start.Int)})
@@ -390,7 +490,11 @@ func (b *builder) segment(s *Section) (Segment, error) {
 		return Segment{}, f.err
 	}
 	if seg.Type == "striped" {
-		n := f.uint("stripe_count", true, 1<<16)
+		if stripeCount == nil {
+			f.fail("stripe_count is missing")
+			return Segment{}, f.err
+		}
+		n := f.uint(stripeCount, 1<<16)
 		if f.err == nil && (n == 0 || uint64(len(seg.Areas)) != n || seg.ExtentCount%n != 0) {
 			f.fail("stripe_count %d with %d stripes over %d extents", n, len(seg.Areas), seg.ExtentCount)
 		}
