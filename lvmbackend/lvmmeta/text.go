@@ -2,6 +2,7 @@ package lvmmeta
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 )
@@ -448,17 +449,34 @@ func (p *parser) str() (string, error) {
 func (p *parser) number() (Value, error) {
 	s, start := p.s, p.pos
 	i := start
-	if s[i] == '-' {
+	neg := s[i] == '-'
+	if neg {
 		i++
 	}
-	float := false
+	// The integer is accumulated while scanning (strconv.ParseInt, for
+	// all its generality, cost as much as the rest of a number's parse);
+	// limit is the magnitude int64 holds.
+	limit := uint64(math.MaxInt64)
+	if neg {
+		limit++
+	}
+	var u uint64
+	float, overflow := false, false
+	digits := i
 	for ; i < len(s); i++ {
 		c := s[i]
 		if c == '.' {
 			float = true
-		} else if c < '0' || c > '9' {
+			continue
+		}
+		if c < '0' || c > '9' {
 			break
 		}
+		d := uint64(c - '0')
+		if u > (limit-d)/10 {
+			overflow = true
+		}
+		u = u*10 + d
 	}
 	p.pos = i
 	lit := s[start:i]
@@ -468,9 +486,12 @@ func (p *parser) number() (Value, error) {
 		}
 		return Value{Kind: KindFloat, Str: lit}, nil
 	}
-	n, err := strconv.ParseInt(lit, 10, 64)
-	if err != nil {
+	if i == digits || overflow {
 		return Value{}, p.errorf("bad number %q", lit)
+	}
+	n := int64(u)
+	if neg {
+		n = -n // for u = 2^63, int64(u) is already math.MinInt64
 	}
 	return Value{Kind: KindInt, Int: n}, nil
 }

@@ -192,7 +192,10 @@ func ParseVG(text []byte, lim Limits) (*VG, error) {
 // parseVG is ParseVG on a text the caller will not change: the VG's
 // strings are slices of it.
 func parseVG(text string, lim Limits) (*VG, error) {
-	var b builder
+	// lvm writes well over lvBytes of text per LV, so the VG's LVs fit
+	// without regrowing (a copy of every LV each time), and a hostile text
+	// gets no more room than its own size.
+	b := builder{lvs: make([]LV, 0, len(text)/lvBytes)}
 	root, err := parse(text, lim, &b)
 	if err != nil {
 		return nil, err
@@ -205,6 +208,10 @@ func parseVG(text string, lim Limits) (*VG, error) {
 	}
 	return b.vg(root.Sections[0])
 }
+
+// lvBytes is less than the text of any LV lvm writes (its id line alone is
+// 47 bytes; a linear LV takes some 330).
+const lvBytes = 256
 
 // builder turns sections into a VG. It takes each PV and LV from the
 // parser as its section closes (an itemSink); its slabs hold the VG's
@@ -331,11 +338,6 @@ func (b *builder) item(list string, s *Section) error {
 		return err
 	}
 	lv, err := b.lv(s)
-	if len(b.lvs) == cap(b.lvs) {
-		// Doubling: append grows a big slice by a quarter, copying a
-		// thousand LVs a dozen times.
-		b.lvs = slices.Grow(b.lvs, max(len(b.lvs), 16))
-	}
 	b.lvs = append(b.lvs, lv)
 	return err
 }
