@@ -189,13 +189,14 @@ func (d *Direct) worked() {
 func (d *Direct) GetVolume(ctx context.Context, deviceClass, name string) (*Volume, error) {
 	c, vg, err := d.read(ctx, deviceClass)
 	if err == nil {
-		var v *Volume
-		if v, err = d.volume(ctx, c, vg, vg.LV(name), nil); err == nil {
+		var v Volume
+		var ok bool
+		if v, ok, _, err = d.volume(ctx, c, vg, vg.LV(name), nil, nil); err == nil {
 			d.worked()
-			if v == nil {
+			if !ok {
 				return nil, &Error{Op: "get " + deviceClass + "/" + name, Kind: ErrNotFound}
 			}
-			return v, nil
+			return &v, nil
 		}
 	}
 	d.fellBack("get", err)
@@ -210,14 +211,16 @@ func (d *Direct) ListVolumes(ctx context.Context, deviceClass string) ([]Volume,
 		present, err = d.presentDevices(ctx)
 	}
 	if err == nil {
-		vols := []Volume{}
+		vols := make([]Volume, 0, len(vg.LVs))
+		var buf []byte
 		for i := range vg.LVs {
-			var v *Volume
-			if v, err = d.volume(ctx, c, vg, &vg.LVs[i], present); err != nil {
+			var v Volume
+			var ok bool
+			if v, ok, buf, err = d.volume(ctx, c, vg, &vg.LVs[i], present, buf); err != nil {
 				break
 			}
-			if v != nil {
-				vols = append(vols, *v)
+			if ok {
+				vols = append(vols, v)
 			}
 		}
 		if err == nil {
@@ -247,35 +250,39 @@ func (d *Direct) presentDevices(ctx context.Context) (map[string]bool, error) {
 	return present, nil
 }
 
-// volume is lv as lvmd's GetLVList reports it for class c, or nil when
+// volume is lv as lvmd's GetLVList reports it for class c, and false when
 // lvmd would not list it: hidden LVs, thin pools, thin volumes in a thick
 // class, and in a thin class anything but the class pool's thin volumes.
-// present, when not nil, says which device uuids exist.
-func (d *Direct) volume(ctx context.Context, c DirectClass, vg *lvmmeta.VG, lv *lvmmeta.LV, present map[string]bool) (*Volume, error) {
+// present, when not nil, says which device uuids exist; buf is scratch
+// for the uuid, returned for the next call.
+func (d *Direct) volume(ctx context.Context, c DirectClass, vg *lvmmeta.VG, lv *lvmmeta.LV, present map[string]bool, buf []byte) (Volume, bool, []byte, error) {
 	if lv == nil || !lv.Visible() || lv.Type() == "thin-pool" {
-		return nil, nil
+		return Volume{}, false, buf, nil
 	}
 	if c.ThinPool == "" && lv.Pool != "" || c.ThinPool != "" && lv.Pool != c.ThinPool {
-		return nil, nil
+		return Volume{}, false, buf, nil
 	}
-	v := &Volume{DeviceClass: c.Name, Name: lv.Name, SizeBytes: int64(min(vg.SizeBytes(lv), math.MaxInt64)),
+	v := Volume{DeviceClass: c.Name, Name: lv.Name, SizeBytes: int64(min(vg.SizeBytes(lv), math.MaxInt64)),
 		Origin: lv.Origin, Pool: lv.Pool}
 	if len(lv.Tags) > 0 {
-		v.Tags = slices.Sorted(slices.Values(lv.Tags)) // as lvs prints them
+		v.Tags = slices.Clone(lv.Tags)
+		slices.Sort(v.Tags) // as lvs prints them
+	}
+	// Not a thin pool, so the LV's own device (DMDevice's rule).
+	buf = vg.AppendDMUUID(buf[:0], lv)
+	if present != nil && !present[string(buf)] {
+		v.Attr = vg.Attr(lv, false, false)
+		return v, true, buf, nil
 	}
 	dmName, dmUUID := vg.DMDevice(lv)
-	if present != nil && !present[dmUUID] {
-		v.Attr = vg.Attr(lv, false, false)
-		return v, nil
-	}
 	info, err := d.cfg.DM.Info(ctx, dmName)
 	active := false
 	switch {
 	case errors.Is(err, devmapper.ErrNotFound):
 	case err != nil:
-		return nil, err
+		return Volume{}, false, buf, err
 	case info.UUID != dmUUID:
-		return nil, fmt.Errorf("device %s has uuid %q, the metadata says %q", info.Name, info.UUID, dmUUID)
+		return Volume{}, false, buf, fmt.Errorf("device %s has uuid %q, the metadata says %q", info.Name, info.UUID, dmUUID)
 	default:
 		active = info.LiveTable
 		if active {
@@ -283,7 +290,7 @@ func (d *Direct) volume(ctx context.Context, c DirectClass, vg *lvmmeta.VG, lv *
 		}
 	}
 	v.Attr = vg.Attr(lv, active, active && info.OpenCount > 0)
-	return v, nil
+	return v, true, buf, nil
 }
 
 // Capacity computes every configured class's capacity as lvmd's Watch

@@ -184,6 +184,10 @@ func TestBench(t *testing.T) {
 	r.line("  (b)-(a): create +%s, delete +%s; of that, two informer hops (request -> agent, answer -> provisioner) ~ %s",
 		fmtDur(bCreate-aCreate), fmtDur(bDelete-aRemove), fmtDur(2*watchLat))
 	r.line("  (the agent creates first and lists only when CreateLV fails; a delete lists first: + one GetLVList ~ %s)", fmtDur(aList))
+	// With --lvm-metadata=auto the pre-check reads the on-disk metadata;
+	// a fallback would put the GetLVList back into every delete.
+	r.line("  agent's LVM reads: lvm_agent_lvm_metadata_direct %v at the end of (b), fallbacks to lvmd during (b) %v",
+		m1[`lvm_agent_lvm_metadata_direct`], mc.sum(`lvm_agent_lvm_metadata_fallbacks_total`))
 	r.line("  burst: first answer after %s, last after %s; agent retries %d",
 		fmtDur(slices.Min(last)), fmtDur(slices.Max(last)), int(m2.sub(m1)[`lvm_agent_retries_total`]))
 	if !*flagBenchSample {
@@ -281,6 +285,17 @@ func (m metrics) sub(o metrics) metrics {
 		d[k] = v - o[k]
 	}
 	return d
+}
+
+// sum of a metric's series, whatever their labels.
+func (m metrics) sum(name string) float64 {
+	var n float64
+	for k, v := range m {
+		if k == name || strings.HasPrefix(k, name+"{") {
+			n += v
+		}
+	}
+	return n
 }
 
 // mean of a histogram's samples with the given labels.

@@ -55,30 +55,38 @@ func alignedBuffer(n int) []byte {
 // the request rounded out to directAlign. Reading past the end of the
 // device is io.EOF, as for a file.
 func (d *Device) ReadAt(p []byte, off int64) (int, error) {
-	if off < 0 || off > d.size {
-		return 0, fmt.Errorf("read %s at %d: %w", d.Path, off, io.EOF)
+	b, err := d.window(off, len(p))
+	n := copy(p, b)
+	if err == nil && n < len(p) {
+		err = io.EOF
 	}
-	end := min(off+int64(len(p)), d.size)
+	return n, err
+}
+
+// window returns the n bytes at off (fewer at the end of the device) as a
+// slice of the aligned buffer they were read into, which the caller then
+// owns: the metadata text is read without a second copy.
+func (d *Device) window(off int64, n int) ([]byte, error) {
+	if off < 0 || off > d.size {
+		return nil, fmt.Errorf("read %s at %d: %w", d.Path, off, io.EOF)
+	}
+	end := min(off+int64(n), d.size)
 	start := off &^ (directAlign - 1)
 	alignedEnd := (end + directAlign - 1) &^ (directAlign - 1)
 	buf := alignedBuffer(int(alignedEnd - start))
 	got := 0
 	for got < len(buf) {
-		n, err := unix.Pread(d.fd, buf[got:], start+int64(got))
+		m, err := unix.Pread(d.fd, buf[got:], start+int64(got))
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}
 		if err != nil {
-			return 0, fmt.Errorf("read %s at %d: %w", d.Path, start+int64(got), err)
+			return nil, fmt.Errorf("read %s at %d: %w", d.Path, start+int64(got), err)
 		}
-		if n == 0 {
+		if m == 0 {
 			break
 		}
-		got += n
+		got += m
 	}
-	n := copy(p, buf[off-start:min(int64(got), end-start)])
-	if n < len(p) {
-		return n, io.EOF
-	}
-	return n, nil
+	return buf[off-start : max(off-start, min(int64(got), end-start))], nil
 }

@@ -48,6 +48,17 @@ func manyLVs(t *testing.T, vg string) {
 	lvm(t, "vgcfgrestore", "-f", backup, vg)
 }
 
+// capturePV copies the label and metadata area of the benchmark's PV into
+// $LVM_AGENT_RESULTS/bench-pv.img (the share directory), for profiling
+// the reader on the host: go test -bench Scan -pv bench-pv.img.
+func capturePV(t *testing.T, dev string) {
+	dir := os.Getenv("LVM_AGENT_RESULTS")
+	if dir == "" {
+		return
+	}
+	run(t, "dd", "if="+dev, "of="+filepath.Join(dir, "bench-pv.img"), "bs=1M", "count=17")
+}
+
 func median(ds []time.Duration) time.Duration {
 	s := slices.Clone(ds)
 	slices.Sort(s)
@@ -73,6 +84,7 @@ func TestGuestBench(t *testing.T) {
 	lvm(t, "vgchange", "-s", "1m", vg)
 	lvm(t, "lvcreate", "-y", "-an", "-Zn", "-L", "1m", "-n", "first", vg)
 	manyLVs(t, vg)
+	capturePV(t, devs[0])
 	lvmd, execLog := startLVMD(t, vg)
 	direct := lvmbackend.NewDirect(lvmd, lvmbackend.DirectConfig{DM: dm, Devices: devs,
 		Classes: []lvmbackend.DirectClass{{Name: "bench", VolumeGroup: vg}}})
@@ -121,11 +133,26 @@ func TestGuestBench(t *testing.T) {
 		return m
 	}
 	assert.Equal(t, byName(viaLVMD), byName(vols), "the same tags as lvmd's GetLVList")
+	// The scan alone (label, header, text and CRC, parse): what the cold
+	// read adds to the cached one.
+	scan := func(rd *lvmmeta.Reader) error {
+		st, err := rd.Scan(ctx, devs)
+		if err == nil && len(st.VGs[vg].LVs) != benchLVs+1 {
+			err = fmt.Errorf("%d LVs", len(st.VGs[vg].LVs))
+		}
+		return err
+	}
+	scanCold := timeIt(t, n, func() error { return scan(lvmmeta.NewReader(lvmmeta.Limits{})) })
+	warm := lvmmeta.NewReader(lvmmeta.Limits{})
+	require.NoError(t, scan(warm))
+	scanWarm := timeIt(t, n, func() error { return scan(warm) })
 	row("tags of %d LVs: pure Go %v (parse included; %v with the parsed text cached), lvs %v, lvmd GetLVList %v",
 		benchLVs+1, goCold.Round(time.Microsecond), goWarm.Round(time.Microsecond), lvs.Round(time.Millisecond), getLVList.Round(time.Millisecond))
 	row("ratio lvs / pure Go: %.0fx, GetLVList / pure Go: %.0fx (goal >= 30x); with the text cached: %.0fx, %.0fx",
 		lvs.Seconds()/goCold.Seconds(), getLVList.Seconds()/goCold.Seconds(),
 		lvs.Seconds()/goWarm.Seconds(), getLVList.Seconds()/goWarm.Seconds())
+	row("of which lvmmeta.Reader.Scan (label, header, text, CRC, parse): %v fresh, %v with the text cached",
+		scanCold.Round(time.Microsecond), scanWarm.Round(time.Microsecond))
 
 	// lvm processes per create and delete. Each measurement ends after a
 	// settle, so that a fullreport lvmd starts for a Watch stream after

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"unsafe"
 )
 
 // readAttempts bounds the retries when a commit moves the text while it is
@@ -124,13 +125,9 @@ func (rd *Reader) readArea(r io.ReaderAt, name string, a Area) (vg *VG, crc uint
 		if err != nil {
 			return nil, 0, false, err
 		}
-		text := make([]byte, c.Size)
-		at := uint64(0)
-		for _, s := range spans {
-			if _, err := r.ReadAt(text[at:at+s.n], int64(s.off)); err != nil {
-				return nil, 0, false, fmt.Errorf("read metadata text: %w", err)
-			}
-			at += s.n
+		text, err := readSpans(r, spans, c.Size)
+		if err != nil {
+			return nil, 0, false, err
 		}
 		again, err := rd.readHeader(r, a)
 		if err != nil {
@@ -143,7 +140,9 @@ func (rd *Reader) readArea(r io.ReaderAt, name string, a Area) (vg *VG, crc uint
 		if got := checksum(text); got != c.Checksum {
 			return nil, 0, false, &ChecksumError{What: "metadata text", Want: c.Checksum, Got: got}
 		}
-		vg, err = ParseVG(text, rd.Limits)
+		// text is this call's own buffer, never written again: the VG's
+		// strings may be slices of it without a copy.
+		vg, err = parseVG(unsafe.String(unsafe.SliceData(text), len(text)), rd.Limits)
 		if err != nil {
 			return nil, 0, false, err
 		}
@@ -159,4 +158,30 @@ func (rd *Reader) readArea(r io.ReaderAt, name string, a Area) (vg *VG, crc uint
 		return vg, c.Checksum, wrapped, nil
 	}
 	return nil, 0, false, ErrUnstable
+}
+
+// readSpans reads the text at spans (size bytes in all). A Device reads a
+// text in one span (the usual case) straight into the buffer it returns.
+func readSpans(r io.ReaderAt, spans []span, size uint64) ([]byte, error) {
+	if d, ok := r.(interface {
+		window(off int64, n int) ([]byte, error)
+	}); ok && len(spans) == 1 {
+		b, err := d.window(int64(spans[0].off), int(size))
+		if err == nil && uint64(len(b)) < size {
+			err = io.EOF
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read metadata text: %w", err)
+		}
+		return b, nil
+	}
+	text := make([]byte, size)
+	at := uint64(0)
+	for _, s := range spans {
+		if _, err := r.ReadAt(text[at:at+s.n], int64(s.off)); err != nil {
+			return nil, fmt.Errorf("read metadata text: %w", err)
+		}
+		at += s.n
+	}
+	return text, nil
 }

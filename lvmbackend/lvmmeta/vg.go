@@ -145,7 +145,21 @@ func (vg *VG) FreeExtents() uint64 {
 // DMUUID is the device-mapper uuid lvm gives an LV's device:
 // "LVM-" + the VG's and the LV's uuids without dashes.
 func (vg *VG) DMUUID(lv *LV) string {
-	return "LVM-" + strings.ReplaceAll(vg.UUID, "-", "") + strings.ReplaceAll(lv.UUID, "-", "")
+	return string(vg.AppendDMUUID(make([]byte, 0, 4+len(vg.UUID)+len(lv.UUID)), lv))
+}
+
+// AppendDMUUID appends DMUUID(lv) to b: a listing looks each LV's device
+// up with one buffer instead of a string per LV.
+func (vg *VG) AppendDMUUID(b []byte, lv *LV) []byte {
+	b = append(b, "LVM-"...)
+	for _, u := range [2]string{vg.UUID, lv.UUID} {
+		for i := 0; i < len(u); i++ {
+			if u[i] != '-' {
+				b = append(b, u[i])
+			}
+		}
+	}
+	return b
 }
 
 // DMDevice is the name and uuid of the device-mapper device whose state
@@ -172,23 +186,56 @@ const maxExtentCount = 1 << 40
 // ParseVG parses committed VG text. The text holds exactly one section, the
 // VG, besides a few top-level assignments (contents, version, description).
 func ParseVG(text []byte, lim Limits) (*VG, error) {
-	root, err := ParseText(text, lim)
+	return parseVG(string(text), lim)
+}
+
+// parseVG is ParseVG on a text the caller will not change: the VG's
+// strings are slices of it.
+func parseVG(text string, lim Limits) (*VG, error) {
+	// lvm writes well over lvBytes of text per LV, so the VG's LVs fit
+	// without regrowing (a copy of every LV each time), and a hostile text
+	// gets no more room than its own size.
+	b := builder{lvs: make([]LV, 0, len(text)/lvBytes)}
+	root, err := parse(text, lim, &b)
 	if err != nil {
 		return nil, err
 	}
 	if len(root.Sections) != 1 {
 		return nil, corrupt("metadata text", "%d top-level sections, want one VG", len(root.Sections))
 	}
-	if v, ok := root.Values["version"]; ok && (v.Kind != KindInt || v.Int != 1) {
+	if v, ok := root.Value("version"); ok && (v.Kind != KindInt || v.Int != 1) {
 		return nil, fmt.Errorf("%w: text format version %v", ErrUnsupported, v)
 	}
-	return buildVG(root.Sections[0])
+	return b.vg(root.Sections[0])
 }
 
-// fields reads typed fields of one section and remembers the first error.
+// lvBytes is less than the text of any LV lvm writes (its id line alone is
+// 47 bytes; a linear LV takes some 330).
+const lvBytes = 256
+
+// builder turns sections into a VG. It takes each PV and LV from the
+// parser as its section closes (an itemSink); its slabs hold the VG's
+// small slices (status, flags and tags lists, segments, areas), a few
+// allocations for the whole VG instead of several per LV.
+type builder struct {
+	pvs   []PV
+	lvs   []LV
+	strs  slab[string]
+	segs  slab[Segment]
+	areas slab[SegmentArea]
+	// scratch collects one segment's areas.
+	scratch []SegmentArea
+}
+
+// fields reads one section's typed values, in one pass over its
+// assignments with a switch on the name (a lookup per key would compare
+// every name again for each), and remembers the first error.
 type fields struct {
 	s   *Section
+	b   *builder
 	err error
+	// have has bit i set once the i-th key passed to require was seen.
+	have uint8
 }
 
 func (f *fields) fail(format string, args ...any) {
@@ -197,23 +244,30 @@ func (f *fields) fail(format string, args ...any) {
 	}
 }
 
-func (f *fields) str(key string, required bool) string {
-	v, ok := f.s.String(key)
-	if !ok && (required || f.s.Values[key].Kind != 0) {
-		f.fail("%s is missing or not a string", key)
+// require fails for the first of keys whose bit in have is clear.
+func (f *fields) require(keys ...string) {
+	for i, k := range keys {
+		if f.have&(1<<i) == 0 {
+			f.fail("%s is missing", k)
+		}
 	}
-	return v
 }
 
-func (f *fields) uint(key string, required bool, max uint64) uint64 {
-	v, ok := f.s.Int(key)
-	switch {
-	case !ok && (required || f.s.Values[key].Kind != 0):
-		f.fail("%s is missing or not an integer", key)
-	case ok && (v < 0 || uint64(v) > max):
-		f.fail("%s = %d is out of range", key, v)
+func (f *fields) str(fl *Field) string {
+	if fl.Kind != KindString {
+		f.fail("%s is not a string", fl.Name)
 	}
-	return uint64(max0(v))
+	return fl.Str
+}
+
+func (f *fields) uint(fl *Field, max uint64) uint64 {
+	switch {
+	case fl.Kind != KindInt:
+		f.fail("%s is not an integer", fl.Name)
+	case fl.Int < 0 || uint64(fl.Int) > max:
+		f.fail("%s = %d is out of range", fl.Name, fl.Int)
+	}
+	return uint64(max0(fl.Int))
 }
 
 func max0(v int64) int64 {
@@ -223,81 +277,147 @@ func max0(v int64) int64 {
 	return v
 }
 
-func (f *fields) strs(key string) []string {
-	v, ok := f.s.Strings(key)
+func (f *fields) strs(fl *Field) []string {
+	v, ok := fl.strings(&f.b.strs)
 	if !ok {
-		f.fail("%s is not a list of strings", key)
+		f.fail("%s is not a list of strings", fl.Name)
 	}
 	return v
 }
 
-func buildVG(s *Section) (*VG, error) {
-	f := &fields{s: s}
-	vg := &VG{
-		Name:       s.Name,
-		UUID:       f.str("id", true),
-		Seqno:      f.uint("seqno", true, math.MaxInt64),
-		ExtentSize: f.uint("extent_size", true, 1<<32) * sectorSize,
-		Status:     f.strs("status"),
-		Flags:      f.strs("flags"),
-		Tags:       f.strs("tags"),
-		LockType:   f.str("lock_type", false),
-		SystemID:   f.str("system_id", false),
+func (b *builder) vg(s *Section) (*VG, error) {
+	f := &fields{s: s, b: b}
+	vg := &VG{Name: s.Name}
+	for i := range s.Fields {
+		switch fl := &s.Fields[i]; fl.Name {
+		case "id":
+			vg.UUID, f.have = f.str(fl), f.have|1
+		case "seqno":
+			vg.Seqno, f.have = f.uint(fl, math.MaxInt64), f.have|2
+		case "extent_size":
+			vg.ExtentSize, f.have = f.uint(fl, 1<<32)*sectorSize, f.have|4
+		case "status":
+			vg.Status = f.strs(fl)
+		case "flags":
+			vg.Flags = f.strs(fl)
+		case "tags":
+			vg.Tags = f.strs(fl)
+		case "lock_type":
+			vg.LockType = f.str(fl)
+		case "system_id":
+			vg.SystemID = f.str(fl)
+		}
 	}
+	f.require("id", "seqno", "extent_size")
 	if f.err != nil {
 		return nil, f.err
 	}
 	if vg.ExtentSize == 0 {
 		return nil, corrupt("metadata text", "%s: extent_size is 0", s.Name)
 	}
-	if pvs := s.Section("physical_volumes"); pvs != nil {
-		for _, ps := range pvs.Sections {
-			pf := &fields{s: ps}
-			pv := PV{Name: ps.Name, UUID: pf.str("id", true), Device: pf.str("device", false),
-				PEStart: pf.uint("pe_start", true, math.MaxInt64), PECount: pf.uint("pe_count", true, maxExtentCount),
-				Status: pf.strs("status"), Tags: pf.strs("tags")}
-			if pf.err != nil {
-				return nil, pf.err
-			}
-			vg.PVs = append(vg.PVs, pv)
+	for _, list := range []string{"physical_volumes", "logical_volumes"} {
+		if n := countSections(s, list); n > 1 {
+			return nil, corrupt("metadata text", "%s: %d %s sections", s.Name, n, list)
 		}
 	}
-	if lvs := s.Section("logical_volumes"); lvs != nil {
-		for _, ls := range lvs.Sections {
-			lv, err := buildLV(ls)
-			if err != nil {
-				return nil, err
-			}
-			vg.LVs = append(vg.LVs, lv)
-		}
-	}
+	vg.PVs, vg.LVs = b.pvs, b.lvs
 	if err := vg.link(); err != nil {
 		return nil, err
 	}
 	return vg, nil
 }
 
-func buildLV(s *Section) (LV, error) {
-	f := &fields{s: s}
-	lv := LV{Name: s.Name, UUID: f.str("id", true), Status: f.strs("status"), Flags: f.strs("flags"),
-		Tags: f.strs("tags"), AllocationPolicy: f.str("allocation_policy", false)}
-	n := f.uint("segment_count", true, 1<<20)
+func (b *builder) takes(list string) bool {
+	return list == "physical_volumes" || list == "logical_volumes"
+}
+
+func (b *builder) item(list string, s *Section) error {
+	if list == "physical_volumes" {
+		pv, err := b.pv(s)
+		b.pvs = append(b.pvs, pv)
+		return err
+	}
+	lv, err := b.lv(s)
+	b.lvs = append(b.lvs, lv)
+	return err
+}
+
+func countSections(s *Section, name string) int {
+	n := 0
+	for _, c := range s.Sections {
+		if c.Name == name {
+			n++
+		}
+	}
+	return n
+}
+
+func (b *builder) pv(s *Section) (PV, error) {
+	f := &fields{s: s, b: b}
+	pv := PV{Name: s.Name}
+	for i := range s.Fields {
+		switch fl := &s.Fields[i]; fl.Name {
+		case "id":
+			pv.UUID, f.have = f.str(fl), f.have|1
+		case "pe_start":
+			pv.PEStart, f.have = f.uint(fl, math.MaxInt64), f.have|2
+		case "pe_count":
+			pv.PECount, f.have = f.uint(fl, maxExtentCount), f.have|4
+		case "device":
+			pv.Device = f.str(fl)
+		case "status":
+			pv.Status = f.strs(fl)
+		case "tags":
+			pv.Tags = f.strs(fl)
+		}
+	}
+	f.require("id", "pe_start", "pe_count")
+	return pv, f.err
+}
+
+func (b *builder) lv(s *Section) (LV, error) {
+	f := &fields{s: s, b: b}
+	lv := LV{Name: s.Name}
+	var n uint64
+	for i := range s.Fields {
+		switch fl := &s.Fields[i]; fl.Name {
+		case "id":
+			lv.UUID, f.have = f.str(fl), f.have|1
+		case "segment_count":
+			n, f.have = f.uint(fl, 1<<20), f.have|2
+		case "status":
+			lv.Status = f.strs(fl)
+		case "flags":
+			lv.Flags = f.strs(fl)
+		case "tags":
+			lv.Tags = f.strs(fl)
+		case "allocation_policy":
+			lv.AllocationPolicy = f.str(fl)
+		}
+	}
+	f.require("id", "segment_count")
 	if f.err != nil {
 		return LV{}, f.err
 	}
 	if n != uint64(len(s.Sections)) {
 		return LV{}, corrupt("metadata text", "%s: segment_count %d, %d segment sections", s.Name, n, len(s.Sections))
 	}
-	for i := uint64(1); i <= n; i++ {
-		ss := s.Section("segment" + strconv.FormatUint(i, 10))
-		if ss == nil {
-			return LV{}, corrupt("metadata text", "%s: segment%d is missing", s.Name, i)
+	lv.Segments = b.segs.take(int(n))
+	for i := range lv.Segments {
+		// lvm writes them in order; any order is read, but the usual one
+		// without a search per segment.
+		num := strconv.Itoa(i + 1)
+		ss := s.Sections[i]
+		if !strings.HasPrefix(ss.Name, "segment") || ss.Name[len("segment"):] != num {
+			if ss = s.Section("segment" + num); ss == nil {
+				return LV{}, corrupt("metadata text", "%s: segment%s is missing", s.Name, num)
+			}
 		}
-		seg, err := buildSegment(ss)
+		seg, err := b.segment(ss)
 		if err != nil {
 			return LV{}, err
 		}
-		lv.Segments = append(lv.Segments, seg)
+		lv.Segments[i] = seg
 	}
 	var total uint64
 	for _, seg := range lv.Segments {
@@ -312,42 +432,71 @@ func buildLV(s *Section) (LV, error) {
 	return lv, nil
 }
 
-func buildSegment(s *Section) (Segment, error) {
-	f := &fields{s: s}
-	seg := Segment{
-		StartExtent: f.uint("start_extent", true, maxExtentCount),
-		ExtentCount: f.uint("extent_count", true, maxExtentCount),
-		Type:        f.str("type", true),
-		ThinPool:    f.str("thin_pool", false),
-		Origin:      f.str("origin", false),
-		CowStore:    f.str("cow_store", false),
-		Metadata:    f.str("metadata", false),
-		PoolData:    f.str("pool", false),
+func (b *builder) segment(s *Section) (Segment, error) {
+	f := &fields{s: s, b: b}
+	var seg Segment
+	// The area lists, read in this order: stripes, mirrors, raids.
+	var areas [3]*Field
+	var stripeCount *Field
+	for i := range s.Fields {
+		switch fl := &s.Fields[i]; fl.Name {
+		case "start_extent":
+			seg.StartExtent, f.have = f.uint(fl, maxExtentCount), f.have|1
+		case "extent_count":
+			seg.ExtentCount, f.have = f.uint(fl, maxExtentCount), f.have|2
+		case "type":
+			seg.Type, f.have = f.str(fl), f.have|4
+		case "thin_pool":
+			seg.ThinPool = f.str(fl)
+		case "origin":
+			seg.Origin = f.str(fl)
+		case "cow_store":
+			seg.CowStore = f.str(fl)
+		case "metadata":
+			seg.Metadata = f.str(fl)
+		case "pool":
+			seg.PoolData = f.str(fl)
+		case "zero_new_blocks":
+			seg.ZeroNewBlocks = f.uint(fl, 1) == 1
+		case "stripe_count":
+			stripeCount = fl
+		case "stripes":
+			areas[0] = fl
+		case "mirrors":
+			areas[1] = fl
+		case "raids":
+			areas[2] = fl
+		}
 	}
-	seg.ZeroNewBlocks = f.uint("zero_new_blocks", false, 1) == 1
-	for _, key := range []string{"stripes", "mirrors", "raids"} {
-		v, ok := s.Values[key]
-		if !ok {
+	f.require("start_extent", "extent_count", "type")
+	b.scratch = b.scratch[:0]
+	for _, fl := range areas {
+		if fl == nil {
 			continue
 		}
-		if v.Kind != KindList || len(v.List)%2 != 0 {
-			f.fail("%s is not a list of name, extent pairs", key)
+		if fl.Kind != KindList || len(fl.List)%2 != 0 {
+			f.fail("%s is not a list of name, extent pairs", fl.Name)
 			break
 		}
-		for i := 0; i < len(v.List); i += 2 {
-			name, start := v.List[i], v.List[i+1]
+		for i := 0; i < len(fl.List); i += 2 {
+			name, start := fl.List[i], fl.List[i+1]
 			if name.Kind != KindString || start.Kind != KindInt || start.Int < 0 {
-				f.fail("%s has a bad entry", key)
+				f.fail("%s has a bad entry", fl.Name)
 				break
 			}
-			seg.Areas = append(seg.Areas, SegmentArea{Name: name.Str, Start: uint64(start.Int)})
+			b.scratch = append(b.scratch, SegmentArea{Name: name.Str, Start: uint64(start.Int)})
 		}
 	}
+	seg.Areas = b.areas.copyOf(b.scratch)
 	if f.err != nil {
 		return Segment{}, f.err
 	}
 	if seg.Type == "striped" {
-		n := f.uint("stripe_count", true, 1<<16)
+		if stripeCount == nil {
+			f.fail("stripe_count is missing")
+			return Segment{}, f.err
+		}
+		n := f.uint(stripeCount, 1<<16)
 		if f.err == nil && (n == 0 || uint64(len(seg.Areas)) != n || seg.ExtentCount%n != 0) {
 			f.fail("stripe_count %d with %d stripes over %d extents", n, len(seg.Areas), seg.ExtentCount)
 		}

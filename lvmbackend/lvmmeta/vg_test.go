@@ -1,6 +1,7 @@
 package lvmmeta
 
 import (
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -107,8 +108,12 @@ func TestParseTextLimits(t *testing.T) {
 	require.ErrorIs(t, err, ErrTooLarge, "depth")
 	root, err := ParseText([]byte("x = 1.5 # comment\ny = -3\x00\x00"), DefaultLimits)
 	require.NoError(t, err)
-	assert.Equal(t, Value{Kind: KindFloat, Str: "1.5"}, root.Values["x"])
-	assert.Equal(t, Value{Kind: KindInt, Int: -3}, root.Values["y"])
+	assert.Equal(t, []Field{{"x", Value{Kind: KindFloat, Str: "1.5"}}, {"y", Value{Kind: KindInt, Int: -3}}}, root.Fields)
+	v, ok := root.Value("y")
+	assert.True(t, ok)
+	assert.Equal(t, int64(-3), v.Int)
+	_, ok = root.Value("z")
+	assert.False(t, ok)
 }
 
 func nest(n int) string {
@@ -141,4 +146,23 @@ func TestAttr(t *testing.T) {
 	for _, c := range cases {
 		assert.Equal(t, c.want, vg.Attr(vg.LV(c.lv), c.active, c.open), c.lv)
 	}
+}
+
+// TestParseNumbers checks the integer scanner against strconv.ParseInt.
+func TestParseNumbers(t *testing.T) {
+	for _, lit := range []string{"0", "-0", "007", "42", "-42", "9223372036854775807", "9223372036854775808",
+		"-9223372036854775808", "-9223372036854775809", "18446744073709551616", "99999999999999999999", "-"} {
+		root, err := ParseText([]byte("x = "+lit), DefaultLimits)
+		want, werr := strconv.ParseInt(lit, 10, 64)
+		if werr != nil {
+			require.ErrorIs(t, err, ErrCorrupt, lit)
+			continue
+		}
+		require.NoError(t, err, lit)
+		v, _ := root.Value("x")
+		assert.Equal(t, Value{Kind: KindInt, Int: want}, v, lit)
+	}
+	root, err := ParseText([]byte("x = -1.5"), DefaultLimits)
+	require.NoError(t, err)
+	assert.Equal(t, []Field{{"x", Value{Kind: KindFloat, Str: "-1.5"}}}, root.Fields)
 }
