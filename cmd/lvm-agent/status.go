@@ -25,6 +25,7 @@ import (
 	"github.com/lvm-agent/lvm-agent/kube"
 	"github.com/lvm-agent/lvm-agent/lvmbackend"
 	"github.com/lvm-agent/lvm-agent/lvmbackend/devmapper"
+	"github.com/lvm-agent/lvm-agent/lvmbackend/lvmmeta"
 )
 
 // statusOptions are the "volume status" flags.
@@ -134,7 +135,7 @@ func status(ctx context.Context, c kubernetes.Interface, o statusOptions) error 
 		return err
 	}
 	lvs, lvmdErr := listLVs(ctx, o.backend, splitList(o.classes)) // reported after the table
-	var devs map[agent.DevNum]agent.DeviceState
+	var devs map[devmapper.DevNum]devmapper.DeviceState
 	dmNote := "not read (--backend none)"
 	if lvmdErr != nil {
 		dmNote = "not read (lvmd unavailable)"
@@ -166,8 +167,8 @@ func status(ctx context.Context, c kubernetes.Interface, o statusOptions) error 
 type statusCheck struct {
 	node       kube.Node // Name "": every node
 	classes    map[string]string
-	lvs        map[string]lvmbackend.Volume       // by "deviceClass/name"; nil: not read
-	devs       map[agent.DevNum]agent.DeviceState // nil: not read
+	lvs        map[string]lvmbackend.Volume               // by "deviceClass/name"; nil: not read
+	devs       map[devmapper.DevNum]devmapper.DeviceState // nil: not read
 	now        time.Time
 	stuckAfter time.Duration
 }
@@ -437,7 +438,7 @@ func requestTime(m metav1.Object) time.Time {
 // readDevices reads device-mapper's state of every device, or says why not
 // (a missing or unreadable control node is not an error: status then shows
 // no device column, like the agent carries on without it).
-func readDevices(ctx context.Context, path string) (map[agent.DevNum]agent.DeviceState, string) {
+func readDevices(ctx context.Context, path string) (map[devmapper.DevNum]devmapper.DeviceState, string) {
 	if path == "" {
 		return nil, "not read (--device-mapper-control is empty)"
 	}
@@ -446,21 +447,21 @@ func readDevices(ctx context.Context, path string) (map[agent.DevNum]agent.Devic
 		return nil, "not read: " + err.Error()
 	}
 	defer dm.Close()
-	devs, err := agent.NewDevices(dm, nil).Snapshot(ctx)
+	devs, err := dm.Snapshot(ctx)
 	if err != nil {
 		return nil, "not read: " + err.Error()
 	}
 	return devs, ""
 }
 
-func devNum(v lvmbackend.Volume) agent.DevNum {
-	return agent.DevNum{Major: v.DevMajor, Minor: v.DevMinor}
+func devNum(v lvmbackend.Volume) devmapper.DevNum {
+	return devmapper.DevNum{Major: v.DevMajor, Minor: v.DevMinor}
 }
 
 // deviceCell is an LV's device state: active, suspended or inactive as
 // device-mapper has it ("absent" when lvmd's device numbers are not there),
 // and for a thin volume the pool space it maps.
-func deviceCell(devs map[agent.DevNum]agent.DeviceState, v lvmbackend.Volume) string {
+func deviceCell(devs map[devmapper.DevNum]devmapper.DeviceState, v lvmbackend.Volume) string {
 	switch {
 	case devs == nil:
 		return "?"
@@ -476,7 +477,7 @@ func deviceCell(devs map[agent.DevNum]agent.DeviceState, v lvmbackend.Volume) st
 	}
 	cell := d.State + ", " + resource.NewQuantity(int64(d.Thin.MappedBytes()), resource.BinarySI).String() + " mapped"
 	if pool, ok := devs[d.Pool]; ok {
-		cell += " in " + agent.LVMName(pool.Name)
+		cell += " in " + lvmmeta.LVMName(pool.Name)
 	}
 	return cell
 }
@@ -484,8 +485,8 @@ func deviceCell(devs map[agent.DevNum]agent.DeviceState, v lvmbackend.Volume) st
 // thinPools are the thin pools that hold the listed LVs, with their fill
 // levels and problems (failed, read-only, out of data space, needing a
 // check), sorted by name.
-func thinPools(devs map[agent.DevNum]agent.DeviceState, lvs map[string]lvmbackend.Volume) []poolStatus {
-	used := map[agent.DevNum]int{}
+func thinPools(devs map[devmapper.DevNum]devmapper.DeviceState, lvs map[string]lvmbackend.Volume) []poolStatus {
+	used := map[devmapper.DevNum]int{}
 	for _, v := range lvs {
 		if d, ok := devs[devNum(v)]; ok && d.Thin != nil {
 			used[d.Pool]++
@@ -498,7 +499,7 @@ func thinPools(devs map[agent.DevNum]agent.DeviceState, lvs map[string]lvmbacken
 			continue
 		}
 		p := d.ThinPool
-		out = append(out, poolStatus{Name: agent.LVMName(d.Name), Device: d.Name, DevNum: n.String(), LVs: count,
+		out = append(out, poolStatus{Name: lvmmeta.LVMName(d.Name), Device: d.Name, DevNum: n.String(), LVs: count,
 			UsedDataBlocks: p.UsedDataBlocks, TotalDataBlocks: p.TotalDataBlocks, DataUsedPercent: 100 * p.DataUsedFraction(),
 			UsedMetadataBlocks: p.UsedMetadataBlocks, TotalMetadataBlocks: p.TotalMetadataBlocks, MetadataUsedPercent: 100 * p.MetadataUsedFraction(),
 			Mode: string(p.Mode), Problems: d.PoolProblems()})

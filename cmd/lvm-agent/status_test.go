@@ -22,15 +22,15 @@ import (
 )
 
 func TestDeviceCellAndPools(t *testing.T) {
-	pool := agent.DevNum{Major: 254, Minor: 2}
-	full := agent.DevNum{Major: 254, Minor: 9}
-	devs := map[agent.DevNum]agent.DeviceState{
+	pool := devmapper.DevNum{Major: 254, Minor: 2}
+	full := devmapper.DevNum{Major: 254, Minor: 9}
+	devs := map[devmapper.DevNum]devmapper.DeviceState{
 		{Major: 254, Minor: 0}: {Name: "vg0-thick", State: "active"},
 		{Major: 254, Minor: 1}: {Name: "vg0-held", State: "suspended"},
 		pool: {Name: "vg0-pool0-tpool", State: "active", ThinPool: &devmapper.ThinPoolStatus{State: devmapper.StateOK,
 			UsedDataBlocks: 64, TotalDataBlocks: 16384, UsedMetadataBlocks: 113, TotalMetadataBlocks: 1024, Mode: devmapper.PoolModeReadWrite}},
 		{Major: 254, Minor: 3}: {Name: "vg0-thin", State: "active", Thin: &devmapper.ThinStatus{State: devmapper.StateOK, MappedSectors: 8192}, Pool: pool},
-		{Major: 254, Minor: 4}: {Name: "vg0-orphan--thin", State: "active", Thin: &devmapper.ThinStatus{State: devmapper.StateOK}, Pool: agent.DevNum{Major: 254, Minor: 99}},
+		{Major: 254, Minor: 4}: {Name: "vg0-orphan--thin", State: "active", Thin: &devmapper.ThinStatus{State: devmapper.StateOK}, Pool: devmapper.DevNum{Major: 254, Minor: 99}},
 		full: {Name: "vg1-big-tpool", State: "active", ThinPool: &devmapper.ThinPoolStatus{State: devmapper.StateOK,
 			UsedDataBlocks: 10, TotalDataBlocks: 10, UsedMetadataBlocks: 1, TotalMetadataBlocks: 4, Mode: devmapper.PoolModeOutOfDataSpace}},
 		{Major: 254, Minor: 10}: {Name: "vg1-t", State: "active", Thin: &devmapper.ThinStatus{State: devmapper.StateOK}, Pool: full},
