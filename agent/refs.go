@@ -46,32 +46,44 @@ type LVRef struct {
 // References index the PVCs and PVs that may refer to LVs. The zero value
 // holds none: Classify then tells ours from foreign and kept.
 type References struct {
-	claims   map[string]string // PVC UID → "PVC ns/name"
-	pvClaims map[string]string // claimRef UID → "PV name"
-	names    map[string]string // LV name → the first object naming it
+	claims   map[string]referrer // PVC UID → the PVC
+	pvClaims map[string]referrer // claimRef UID → the PV
+	names    map[string]referrer // LV name → the first object naming it
+}
+
+// referrer is an object that refers to an LV, and how; kept as the
+// object's own strings, since the collector indexes the whole cluster and
+// only the LVs it reports need the words.
+type referrer struct{ how, kind, namespace, name string }
+
+func (r referrer) String() string {
+	if r.namespace != "" {
+		return r.how + r.kind + " " + r.namespace + "/" + r.name
+	}
+	return r.how + r.kind + " " + r.name
 }
 
 // Add indexes a PVC or a PV (anything else is ignored).
 func (r *References) Add(obj runtime.Object) {
 	if r.claims == nil {
-		r.claims, r.pvClaims, r.names = map[string]string{}, map[string]string{}, map[string]string{}
+		r.claims, r.pvClaims, r.names = map[string]referrer{}, map[string]referrer{}, map[string]referrer{}
 	}
-	first := func(m map[string]string, k, v string) {
+	first := func(m map[string]referrer, k string, v referrer) {
 		if _, ok := m[k]; !ok && k != "" {
 			m[k] = v
 		}
 	}
 	switch o := obj.(type) {
 	case *corev1.PersistentVolumeClaim:
-		first(r.claims, string(o.UID), "PVC "+o.Namespace+"/"+o.Name)
-		first(r.names, kube.SpecName(o.Annotations[kube.AnnSpec]), "the spec of PVC "+o.Namespace+"/"+o.Name)
+		first(r.claims, string(o.UID), referrer{"", "PVC", o.Namespace, o.Name})
+		first(r.names, kube.SpecName(o.Annotations[kube.AnnSpec]), referrer{"the spec of ", "PVC", o.Namespace, o.Name})
 	case *corev1.PersistentVolume:
 		if o.Spec.ClaimRef != nil {
-			first(r.pvClaims, string(o.Spec.ClaimRef.UID), "PV "+o.Name)
+			first(r.pvClaims, string(o.Spec.ClaimRef.UID), referrer{"", "PV", "", o.Name})
 		}
-		first(r.names, kube.SpecName(o.Annotations[kube.AnnSpec]), "the spec of PV "+o.Name)
+		first(r.names, kube.SpecName(o.Annotations[kube.AnnSpec]), referrer{"the spec of ", "PV", "", o.Name})
 		if o.Spec.CSI != nil {
-			first(r.names, o.Spec.CSI.VolumeHandle, "the CSI volume handle of PV "+o.Name)
+			first(r.names, o.Spec.CSI.VolumeHandle, referrer{"the CSI volume handle of ", "PV", "", o.Name})
 		}
 	}
 }
@@ -83,13 +95,13 @@ func (r *References) Classify(lv *lvmbackend.Volume) LVRef {
 		return LVRef{Use: LVForeign}
 	}
 	if by, ok := r.claims[uid]; ok {
-		return LVRef{Use: LVClaimed, OwnerUID: uid, By: by}
+		return LVRef{Use: LVClaimed, OwnerUID: uid, By: by.String()}
 	}
 	if by, ok := r.pvClaims[uid]; ok {
-		return LVRef{Use: LVReleased, OwnerUID: uid, By: by}
+		return LVRef{Use: LVReleased, OwnerUID: uid, By: by.String()}
 	}
 	if by, ok := r.names[lv.Name]; ok {
-		return LVRef{Use: LVNamed, OwnerUID: uid, By: by}
+		return LVRef{Use: LVNamed, OwnerUID: uid, By: by.String()}
 	}
 	for _, tag := range []string{ProtectedTag, kube.RetainedTag} {
 		if lv.HasTag(tag) {
