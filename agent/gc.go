@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -11,13 +10,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/pager"
 	"k8s.io/klog/v2"
 
-	"github.com/lvm-agent/lvm-agent/kube"
 	"github.com/lvm-agent/lvm-agent/lvmbackend"
 )
 
@@ -144,12 +141,16 @@ func (g *OrphanGC) Run(ctx context.Context) {
 	}
 }
 
-// candidate is an LV with our ownership tag and without the protected or
-// retained tag.
+// candidate is an LV that nothing would keep if no object referred to it:
+// ours, and tagged neither protected nor retained.
 type candidate struct {
 	orphanKey
-	size int64
+	lv lvmbackend.Volume
 }
+
+// unreferenced classifies an LV against no objects at all: LVOrphan for a
+// candidate.
+func unreferenced(lv *lvmbackend.Volume) LVRef { return (&References{}).Classify(lv) }
 
 // Pass lists the LVs, marks new orphans and removes (or in a dry run,
 // reports) those marked on an earlier pass and still orphaned.
@@ -188,62 +189,20 @@ func (g *OrphanGC) candidates(ctx context.Context) ([]candidate, error) {
 		if err != nil {
 			return nil, fmt.Errorf("list LVs of %s: %w", c.DeviceClass, err)
 		}
-		for i := range lvs {
-			// An empty UID is not a tag the agent writes: someone else's LV.
-			uid, ours := OwnerUID(&lvs[i])
-			if !ours || uid == "" || kept(&lvs[i]) || seen[lvs[i].Name+"\x00"+uid] {
+		for _, lv := range lvs {
+			ref := unreferenced(&lv)
+			if ref.Use != LVOrphan || seen[lv.Name+"\x00"+ref.OwnerUID] {
 				continue
 			}
-			seen[lvs[i].Name+"\x00"+uid] = true
-			out = append(out, candidate{orphanKey{target{c.DeviceClass, lvs[i].Name}, uid}, lvs[i].SizeBytes})
+			seen[lv.Name+"\x00"+ref.OwnerUID] = true
+			out = append(out, candidate{orphanKey{target{c.DeviceClass, lv.Name}, ref.OwnerUID}, lv})
 		}
 	}
 	return out, nil
 }
 
-// kept reports whether an LV is never the collector's, whatever references it.
-func kept(lv *lvmbackend.Volume) bool { return lv.HasTag(ProtectedTag) || lv.HasTag(kube.RetainedTag) }
-
-// refs are what keeps an LV of ours: the UIDs of PVCs that exist and of the
-// claims PVs are bound to, and the LV names specs and volume handles give.
-type refs struct{ uids, names map[string]bool }
-
-func (r refs) keep(c candidate) bool { return r.uids[c.uid] || r.names[c.name] }
-
-func (r refs) add(obj runtime.Object) {
-	switch o := obj.(type) {
-	case *corev1.PersistentVolumeClaim:
-		r.uids[string(o.UID)] = true
-		if name := specName(o.Annotations[kube.AnnSpec]); name != "" {
-			r.names[name] = true
-		}
-	case *corev1.PersistentVolume:
-		if o.Spec.ClaimRef != nil && o.Spec.ClaimRef.UID != "" {
-			r.uids[string(o.Spec.ClaimRef.UID)] = true
-		}
-		if name := specName(o.Annotations[kube.AnnSpec]); name != "" {
-			r.names[name] = true
-		}
-		if o.Spec.CSI != nil && o.Spec.CSI.VolumeHandle != "" {
-			r.names[o.Spec.CSI.VolumeHandle] = true
-		}
-	}
-}
-
-// specName is the LV a spec names, read leniently: a spec the agent would
-// refuse still counts as a reference, since keeping an LV is the safe error.
-func specName(s string) string {
-	s = strings.TrimSpace(s)
-	if strings.HasPrefix(s, "{") {
-		var spec struct {
-			Name string `json:"name"`
-		}
-		_ = json.Unmarshal([]byte(s), &spec)
-		return spec.Name
-	}
-	_, lv, _ := strings.Cut(s, "/")
-	return lv
-}
+// kept reports whether refs keep a candidate.
+func (c *candidate) kept(refs *References) bool { return refs.Classify(&c.lv).Use != LVOrphan }
 
 // orphaned filters the candidates: the informers' caches first (cheap, and
 // in the steady state they explain every LV), then, for what they do not
@@ -252,19 +211,19 @@ func (g *OrphanGC) orphaned(ctx context.Context, cands []candidate) ([]candidate
 	if len(cands) == 0 {
 		return nil, nil
 	}
-	cached := refs{uids: map[string]bool{}, names: map[string]bool{}}
+	var cached References
 	for _, o := range g.a.inf.PVC.GetStore().List() {
-		cached.add(o.(runtime.Object))
+		cached.Add(o.(runtime.Object))
 	}
 	for _, o := range g.a.inf.PV.GetStore().List() {
-		cached.add(o.(runtime.Object))
+		cached.Add(o.(runtime.Object))
 	}
 	now := time.Now()
 	explained := map[orphanKey]time.Time{}
 	var suspects, out []candidate
 	for _, c := range cands {
 		switch at, ok := g.explained[c.orphanKey]; {
-		case cached.keep(c):
+		case c.kept(&cached):
 		case ok && now.Sub(at) < g.cfg.RecheckAfter:
 			explained[c.orphanKey] = at // kept without a list
 		case g.cfg.DryRun && g.reported[c.orphanKey]:
@@ -282,7 +241,7 @@ func (g *OrphanGC) orphaned(ctx context.Context, cands []candidate) ([]candidate
 		return nil, err
 	}
 	for _, c := range suspects {
-		if live.keep(c) {
+		if c.kept(live) {
 			explained[c.orphanKey] = now
 		} else {
 			out = append(out, c)
@@ -295,8 +254,8 @@ func (g *OrphanGC) orphaned(ctx context.Context, cands []candidate) ([]candidate
 // resourceVersion makes the list a consistent read: the API server answers
 // with etcd's latest revision (from its watch cache once that has caught up),
 // never with a state older than the LVs just listed.
-func (g *OrphanGC) liveRefs(ctx context.Context) (refs, error) {
-	r := refs{uids: map[string]bool{}, names: map[string]bool{}}
+func (g *OrphanGC) liveRefs(ctx context.Context) (*References, error) {
+	r := &References{}
 	lctx, cancel := context.WithTimeout(ctx, g.a.cfg.OpTimeout)
 	defer cancel()
 	core := g.a.client.CoreV1()
@@ -307,7 +266,7 @@ func (g *OrphanGC) liveRefs(ctx context.Context) (refs, error) {
 		return core.PersistentVolumes().List(ctx, o)
 	})
 	for what, p := range map[string]*pager.ListPager{"PVCs": pvcs, "PVs": pvs} {
-		err := p.EachListItem(lctx, metav1.ListOptions{}, func(obj runtime.Object) error { r.add(obj); return nil })
+		err := p.EachListItem(lctx, metav1.ListOptions{}, func(obj runtime.Object) error { r.Add(obj); return nil })
 		if err != nil {
 			return r, fmt.Errorf("list %s: %w", what, err)
 		}
@@ -323,7 +282,7 @@ func (g *OrphanGC) act(ctx context.Context, orphaned []candidate) GCResult {
 	marks := map[orphanKey]time.Time{}
 	for _, c := range orphaned {
 		since, marked := g.marks[c.orphanKey]
-		o := Orphan{DeviceClass: c.deviceClass, Name: c.name, OwnerUID: c.uid, SizeBytes: c.size, Since: since}
+		o := Orphan{DeviceClass: c.deviceClass, Name: c.name, OwnerUID: c.uid, SizeBytes: c.lv.SizeBytes, Since: since}
 		switch {
 		case !marked:
 			o.Since = now
@@ -383,8 +342,8 @@ func (g *OrphanGC) remove(ctx context.Context, c candidate) error {
 	if err != nil {
 		return err
 	}
-	if uid, _ := OwnerUID(lv); uid != c.uid || kept(lv) {
-		return fmt.Errorf("LV %s changed since it was found orphaned (owner %q); left in place", c.target, uid)
+	if ref := unreferenced(lv); ref.Use != LVOrphan || ref.OwnerUID != c.uid {
+		return fmt.Errorf("LV %s changed since it was found orphaned (owner %q); left in place", c.target, ref.OwnerUID)
 	}
 	if err := g.a.backend.RemoveVolume(ctx, c.deviceClass, c.name); err != nil && !errors.Is(err, lvmbackend.ErrNotFound) {
 		return err

@@ -2,12 +2,13 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
+	"math"
 	"sort"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
@@ -15,49 +16,18 @@ import (
 	"github.com/lvm-agent/lvm-agent/lvmbackend"
 )
 
-// DefaultCapacityAnnotation is the Node annotation that carries the node's
-// local storage capacity. It is the key of Alibaba Cloud CSI's local storage
-// plugin, and the value keeps that plugin's format (a JSON list of
-// {"type":"lvm","name":<VG>,"capacity":<bytes>}), so that schedulers which
-// read it keep working; "free" and "deviceClass" are lvm-agent's additions,
-// which readers of the original format ignore.
-const DefaultCapacityAnnotation = "csi.alibabacloud.com/storage-topology"
-
-// StorageCapacity is one entry of the capacity annotation.
-type StorageCapacity struct {
-	// Type is always "lvm".
-	Type string `json:"type"`
-	// Name is the volume group as a create spec names it.
-	Name string `json:"name"`
-	// Capacity is the size in bytes: the VG's, or a thin pool's.
-	Capacity uint64 `json:"capacity"`
-	// Free is what lvmd can still allocate (thin: with overprovisioning).
-	Free uint64 `json:"free"`
-	// DeviceClass is the lvmd device class behind Name.
-	DeviceClass string `json:"deviceClass"`
-}
-
-// EncodeStorageTopology renders a capacity report as the annotation's value.
-// Each device class is listed under every volume group name that a spec
-// could use to reach it (classes maps volume groups to device classes; a
-// class is also reachable by its own name unless that name is mapped
-// elsewhere). The output is sorted, so equal reports give equal strings and
-// an unchanged report is never written twice.
-func EncodeStorageTopology(caps []lvmbackend.Capacity, classes map[string]string) string {
-	entries := []StorageCapacity{}
+// capacityEntries are the capacity annotation's entries for a report: each
+// device class under every volume group name that a spec could use to reach
+// it (classes maps volume groups to device classes; a class is also
+// reachable by its own name unless that name is mapped elsewhere).
+func capacityEntries(caps []lvmbackend.Capacity, classes map[string]string) []kube.StorageCapacity {
+	var entries []kube.StorageCapacity
 	for _, c := range caps {
 		for _, vg := range volumeGroupsOf(c.DeviceClass, classes) {
-			entries = append(entries, StorageCapacity{Type: "lvm", Name: vg, Capacity: c.SizeBytes, Free: c.FreeBytes, DeviceClass: c.DeviceClass})
+			entries = append(entries, kube.StorageCapacity{Type: "lvm", Name: vg, Capacity: c.SizeBytes, Free: c.FreeBytes, DeviceClass: c.DeviceClass})
 		}
 	}
-	sort.Slice(entries, func(i, j int) bool {
-		if entries[i].Name != entries[j].Name {
-			return entries[i].Name < entries[j].Name
-		}
-		return entries[i].DeviceClass < entries[j].DeviceClass
-	})
-	out, _ := json.Marshal(entries) // plain structs: cannot fail
-	return string(out)
+	return entries
 }
 
 func volumeGroupsOf(deviceClass string, classes map[string]string) []string {
@@ -89,9 +59,11 @@ type NodeCapacity struct {
 
 	// Debounce is how long reports are gathered before one write.
 	Debounce time.Duration
-	// RetryBase and RetryMax bound the backoff after a failed read or write
-	// (a missing Node included: the kubelet may register it later).
-	RetryBase, RetryMax time.Duration
+	// Retry is the backoff after a failed read or write (a missing Node
+	// included: the kubelet may register it later), reset by a success. Its
+	// jitter keeps the nodes of a cluster from retrying in lockstep after an
+	// API server outage.
+	Retry wait.Backoff
 	// Resync is how often the Node is read again, so that an annotation
 	// removed or a Node re-registered by someone else is written again.
 	Resync time.Duration
@@ -104,7 +76,7 @@ func NewNodeCapacity(client kubernetes.Interface, node, key string, classes map[
 	}
 	return &NodeCapacity{client: client, node: node, key: key, classes: classes, metrics: metrics,
 		updates:  make(chan []lvmbackend.Capacity, 1),
-		Debounce: time.Second, RetryBase: time.Second, RetryMax: time.Minute, Resync: 10 * time.Minute}
+		Debounce: time.Second, Retry: wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.5, Steps: math.MaxInt32, Cap: time.Minute}, Resync: 10 * time.Minute}
 }
 
 // Update takes a capacity report; it is the CapacityWatcher's OnChange hook.
@@ -130,13 +102,13 @@ func (n *NodeCapacity) Run(ctx context.Context) {
 	var timer <-chan time.Time
 	resync := time.NewTicker(n.Resync)
 	defer resync.Stop()
-	retry := n.RetryBase
+	retry := n.Retry
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case caps := <-n.updates:
-			s.desired = EncodeStorageTopology(caps, n.classes)
+			s.desired = kube.EncodeStorageTopology(capacityEntries(caps, n.classes))
 			if timer == nil { // a pending retry keeps its backoff
 				timer = time.After(n.Debounce)
 			}
@@ -154,11 +126,10 @@ func (n *NodeCapacity) Run(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			timer = time.After(retry)
-			retry = min(2*retry, n.RetryMax)
+			timer = time.After(retry.Step())
 			continue
 		}
-		retry = n.RetryBase
+		retry = n.Retry
 	}
 }
 

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 	"time"
 
@@ -14,10 +13,16 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/lvm-agent/lvm-agent/kube"
 	"github.com/lvm-agent/lvm-agent/lvmbackend"
 )
 
-func TestEncodeStorageTopology(t *testing.T) {
+// storageTopology is the annotation's value for a report.
+func storageTopology(caps []lvmbackend.Capacity, classes map[string]string) string {
+	return kube.EncodeStorageTopology(capacityEntries(caps, classes))
+}
+
+func TestStorageTopology(t *testing.T) {
 	caps := []lvmbackend.Capacity{
 		{DeviceClass: "ssd", SizeBytes: 100, FreeBytes: 60},
 		{DeviceClass: "hdd", SizeBytes: 1000, FreeBytes: 1000},
@@ -37,35 +42,18 @@ func TestEncodeStorageTopology(t *testing.T) {
 			`[{"type":"lvm","name":"hdd","capacity":1000,"free":1000,"deviceClass":"hdd"},{"type":"lvm","name":"ssd","capacity":1000,"free":1000,"deviceClass":"hdd"},{"type":"lvm","name":"vg-fast","capacity":100,"free":60,"deviceClass":"ssd"}]`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			assert.Equal(t, tc.want, EncodeStorageTopology(tc.caps, tc.classes))
+			assert.Equal(t, tc.want, storageTopology(tc.caps, tc.classes))
 		})
 	}
-}
-
-// The value stays readable by consumers of the original format, which know
-// only type, name and capacity (the VG size).
-func TestEncodeStorageTopologyOriginalFormat(t *testing.T) {
-	var original []struct {
-		Type       string `json:"type,omitempty"`
-		Name       string `json:"name,omitempty"`
-		Capacity   uint64 `json:"capacity,omitempty"`
-		DeviceType string `json:"devicetype,omitempty"`
-		MountPoint string `json:"mountPoint,omitempty"`
-	}
-	v := EncodeStorageTopology([]lvmbackend.Capacity{{DeviceClass: "vg1", SizeBytes: 105151127552, FreeBytes: 1 << 30}}, nil)
-	require.NoError(t, json.Unmarshal([]byte(v), &original))
-	require.Len(t, original, 1)
-	assert.Equal(t, "lvm", original[0].Type)
-	assert.Equal(t, "vg1", original[0].Name)
-	assert.Equal(t, uint64(105151127552), original[0].Capacity)
 }
 
 const ncNode = "node-capacity"
 
 func ncStart(t *testing.T, client *fake.Clientset) *NodeCapacity {
 	t.Helper()
-	n := NewNodeCapacity(client, ncNode, DefaultCapacityAnnotation, nil, nil)
-	n.Debounce, n.RetryBase, n.RetryMax = 100*time.Millisecond, 20*time.Millisecond, 50*time.Millisecond
+	n := NewNodeCapacity(client, ncNode, kube.DefaultCapacityAnnotation, nil, nil)
+	n.Debounce = 100 * time.Millisecond
+	n.Retry.Duration, n.Retry.Cap = 20*time.Millisecond, 50*time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { n.Run(ctx); close(done) }()
@@ -91,7 +79,7 @@ func ncWaitAnnotation(t *testing.T, c *fake.Clientset, want string) {
 		if err != nil {
 			return false, nil
 		}
-		got = node.Annotations[DefaultCapacityAnnotation]
+		got = node.Annotations[kube.DefaultCapacityAnnotation]
 		return got == want, nil
 	})
 	require.NoError(t, err, "annotation is %q, want %q", got, want)
@@ -105,7 +93,7 @@ func TestNodeCapacityWritesOncePerChange(t *testing.T) {
 	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: ncNode, Annotations: map[string]string{"other": "kept"}}})
 	n := ncStart(t, client)
 	n.Update(ncCaps(100))
-	ncWaitAnnotation(t, client, EncodeStorageTopology(ncCaps(100), nil))
+	ncWaitAnnotation(t, client, storageTopology(ncCaps(100), nil))
 	assert.Equal(t, 1, ncNodePatches(client))
 
 	// The same report again (lvmd's periodic message): no write.
@@ -118,7 +106,7 @@ func TestNodeCapacityWritesOncePerChange(t *testing.T) {
 	for free := uint64(10); free <= 50; free += 10 {
 		n.Update(ncCaps(free))
 	}
-	ncWaitAnnotation(t, client, EncodeStorageTopology(ncCaps(50), nil))
+	ncWaitAnnotation(t, client, storageTopology(ncCaps(50), nil))
 	time.Sleep(300 * time.Millisecond)
 	assert.Equal(t, 2, ncNodePatches(client))
 
@@ -130,7 +118,7 @@ func TestNodeCapacityWritesOncePerChange(t *testing.T) {
 // After a restart the agent reads the Node first: an unchanged value is not written.
 func TestNodeCapacityNoWriteAfterRestart(t *testing.T) {
 	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: ncNode,
-		Annotations: map[string]string{DefaultCapacityAnnotation: EncodeStorageTopology(ncCaps(100), nil)}}})
+		Annotations: map[string]string{kube.DefaultCapacityAnnotation: storageTopology(ncCaps(100), nil)}}})
 	n := ncStart(t, client)
 	n.Update(ncCaps(100))
 	require.Eventually(t, func() bool {
@@ -153,7 +141,7 @@ func TestNodeCapacityMissingNode(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	_, err := client.CoreV1().Nodes().Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: ncNode}}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	ncWaitAnnotation(t, client, EncodeStorageTopology(ncCaps(100), nil))
+	ncWaitAnnotation(t, client, storageTopology(ncCaps(100), nil))
 }
 
 // An annotation removed by someone else comes back at the next resync.
@@ -166,7 +154,7 @@ func TestNodeCapacityResync(t *testing.T) {
 	go func() { n.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 	n.Update(ncCaps(7))
-	want := EncodeStorageTopology(ncCaps(7), map[string]string{"vg-a": "vg1"})
+	want := storageTopology(ncCaps(7), map[string]string{"vg-a": "vg1"})
 	get := func() string {
 		node, err := client.CoreV1().Nodes().Get(context.Background(), ncNode, metav1.GetOptions{})
 		require.NoError(t, err)

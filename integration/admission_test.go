@@ -21,7 +21,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/lvm-agent/lvm-agent/agent"
 	"github.com/lvm-agent/lvm-agent/integration/harness"
 	"github.com/lvm-agent/lvm-agent/kube"
 	"github.com/lvm-agent/lvm-agent/lvmbackend/lvmdfake"
@@ -251,7 +250,7 @@ func TestAdmission(t *testing.T) {
 	assert.Empty(t, lvs)
 	require.Eventually(t, func() bool {
 		node, err := admin.CoreV1().Nodes().Get(ctx, "adm-node-a", metav1.GetOptions{})
-		return err == nil && node.Annotations[agent.DefaultCapacityAnnotation] != ""
+		return err == nil && node.Annotations[kube.DefaultCapacityAnnotation] != ""
 	}, 30*time.Second, 50*time.Millisecond, "the agent writes its Node's capacity")
 	for _, line := range strings.Split(agentProc.Output(), "\n") {
 		assert.NotContains(t, strings.ToLower(line), "forbidden", "the agent was refused something")

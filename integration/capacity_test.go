@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 	"time"
 
@@ -13,14 +12,13 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
 
-	"github.com/lvm-agent/lvm-agent/agent"
 	"github.com/lvm-agent/lvm-agent/integration/harness"
 	"github.com/lvm-agent/lvm-agent/kube"
 )
 
 // The fake lvmd of startNode: "vg1" (1 GiB thick) and "thin" (1 GiB pool, overprovisioned x2).
-func wantTopology(vg1Free, thinFree uint64) []agent.StorageCapacity {
-	return []agent.StorageCapacity{
+func wantTopology(vg1Free, thinFree uint64) []kube.StorageCapacity {
+	return []kube.StorageCapacity{
 		{Type: "lvm", Name: "thin", Capacity: 1 << 30, Free: thinFree, DeviceClass: "thin"},
 		{Type: "lvm", Name: "vg1", Capacity: 1 << 30, Free: vg1Free, DeviceClass: "vg1"},
 	}
@@ -34,18 +32,18 @@ func createNode(t *testing.T, name string) {
 }
 
 // waitTopology waits until the Node's capacity annotation decodes to want.
-func waitTopology(t *testing.T, node string, want []agent.StorageCapacity) string {
+func waitTopology(t *testing.T, node string, want []kube.StorageCapacity) string {
 	t.Helper()
 	var raw string
-	var got []agent.StorageCapacity
+	var got []kube.StorageCapacity
 	ok := assert.Eventually(t, func() bool {
 		n, err := cp.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
 		if err != nil {
 			return false
 		}
-		raw = n.Annotations[agent.DefaultCapacityAnnotation]
-		got = nil
-		return json.Unmarshal([]byte(raw), &got) == nil && assert.ObjectsAreEqual(want, got)
+		raw = n.Annotations[kube.DefaultCapacityAnnotation]
+		got, err = kube.DecodeStorageTopology(raw)
+		return err == nil && assert.ObjectsAreEqual(want, got)
 	}, 20*time.Second, 50*time.Millisecond)
 	if !ok {
 		require.FailNowf(t, "capacity annotation", "got %q, want %+v", raw, want)
@@ -72,7 +70,7 @@ func TestNodeCapacityAnnotation(t *testing.T) {
 	harness.DeleteClaim(t, cp.Client, pvc)
 	require.NoError(t, deleteVolume(t, "pv-cap-thick", "vg1", "lv-cap-thick"))
 	raw := waitTopology(t, n.name, wantTopology(1<<30, 2<<30-8<<20))
-	t.Logf("Node %s: %s=%s", n.name, agent.DefaultCapacityAnnotation, raw)
+	t.Logf("Node %s: %s=%s", n.name, kube.DefaultCapacityAnnotation, raw)
 	// Compatible with the original format: a list of {"type":"lvm","name":VG,"capacity":bytes}.
 	assert.Contains(t, raw, `{"type":"lvm","name":"vg1","capacity":1073741824,`)
 }

@@ -135,7 +135,7 @@ func TestRBAC(t *testing.T) {
 	t.Run("node capacity", func(t *testing.T) {
 		require.Eventually(t, func() bool {
 			node, err := admin.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
-			return err == nil && node.Annotations[agent.DefaultCapacityAnnotation] != ""
+			return err == nil && node.Annotations[kube.DefaultCapacityAnnotation] != ""
 		}, 30*time.Second, 50*time.Millisecond)
 	})
 

@@ -177,3 +177,19 @@ func validateVolume(vg, lv string) error {
 	}
 	return nil
 }
+
+// SpecName is the LV name a spec annotation gives (a PVC's or a PV's, JSON
+// or "<vg>/<lv>"), read leniently: unlike ParsePVSpec it takes a spec that
+// the agent would refuse, since what it answers is "does something still
+// name this LV?", where keeping an LV is the safe error. "" when no name can
+// be read at all.
+func SpecName(s string) string {
+	s = strings.TrimSpace(s)
+	if strings.HasPrefix(s, "{") {
+		var spec CreateSpec
+		_ = json.Unmarshal([]byte(s), &spec) // what decoded before an error is kept
+		return spec.Name
+	}
+	_, lv, _ := strings.Cut(s, "/")
+	return lv
+}

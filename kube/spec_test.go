@@ -90,6 +90,25 @@ func TestParsePVSpec(t *testing.T) {
 	}
 }
 
+// SpecName reads what ParsePVSpec refuses, too: a reference kept by a
+// spec the agent would answer failed still keeps its LV.
+func TestSpecName(t *testing.T) {
+	for in, want := range map[string]string{
+		"vg1/pvc-1": "pvc-1",
+		` {"volumeGroup":"vg1","name":"pvc-1","size":5} `: "pvc-1",
+		`{"name":"lv1"}`:                   "lv1",
+		`{"name":"lv1","size":"huge"}`:     "lv1",
+		`{"volumeGroup":"vg1","NAME":"b"}`: "b",
+		"vg1/-f":                           "-f",
+		"vg1":                              "",
+		"":                                 "",
+		"{bad":                             "",
+		`{"name":5}`:                       "",
+	} {
+		assert.Equal(t, want, SpecName(in), in)
+	}
+}
+
 func TestNodeLabelValue(t *testing.T) {
 	assert.Equal(t, "node-1", NodeLabelValue("node-1"))
 	assert.Equal(t, "ip-10-0-0-1.ec2.internal", NodeLabelValue("ip-10-0-0-1.ec2.internal"))

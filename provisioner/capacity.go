@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -18,6 +17,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+
+	"github.com/lvm-agent/lvm-agent/kube"
 )
 
 // LabelProvisioner marks the CSIStorageCapacity objects a provisioner keeps,
@@ -109,25 +110,14 @@ func Desired(provisioner, namespace, annotation string, nodes []*corev1.Node, cl
 		if hostname == "" || !ok {
 			continue
 		}
-		// The entries of agent.EncodeStorageTopology; "free" is lvm-agent's
-		// addition, so an entry of the original format (no "free") counts
-		// its whole capacity: optimistic, and the InsufficientCapacity
-		// reschedule corrects it.
-		var entries []struct {
-			Name     string  `json:"name"`
-			Capacity uint64  `json:"capacity"`
-			Free     *uint64 `json:"free"`
-		}
-		if err := json.Unmarshal([]byte(raw), &entries); err != nil {
+		entries, err := kube.DecodeStorageTopology(raw)
+		if err != nil {
 			klog.ErrorS(err, "Node capacity annotation is not readable; the node gets no capacity", "node", n.Name, "annotation", annotation)
 			continue
 		}
 		free := map[string]int64{}
 		for _, e := range entries {
-			free[e.Name] = int64(e.Capacity)
-			if e.Free != nil {
-				free[e.Name] = int64(*e.Free)
-			}
+			free[e.Name] = int64(e.Free)
 		}
 		for _, sc := range classes {
 			if sc.Provisioner != provisioner {

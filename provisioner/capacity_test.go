@@ -9,7 +9,6 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/lvm-agent/lvm-agent/agent"
 	"github.com/lvm-agent/lvm-agent/kube"
 )
 
@@ -20,7 +19,7 @@ func TestDesiredCapacity(t *testing.T) {
 			n.Labels[HostnameLabel] = hostname
 		}
 		if topology != "" {
-			n.Annotations[agent.DefaultCapacityAnnotation] = topology
+			n.Annotations[kube.DefaultCapacityAnnotation] = topology
 		}
 		return n
 	}
@@ -37,7 +36,7 @@ func TestDesiredCapacity(t *testing.T) {
 	}
 	classes := []*storagev1.StorageClass{sc("thick", kube.DefaultProvisioner, "vg0"), sc("thin", kube.DefaultProvisioner, "thin"),
 		sc("other", "ebs.csi.aws.com", "vg0"), {ObjectMeta: metav1.ObjectMeta{Name: "broken"}, Provisioner: kube.DefaultProvisioner}}
-	got := Desired(kube.DefaultProvisioner, "lvm-agent", agent.DefaultCapacityAnnotation, nodes, classes)
+	got := Desired(kube.DefaultProvisioner, "lvm-agent", kube.DefaultCapacityAnnotation, nodes, classes)
 	type row struct {
 		class, host string
 		free        int64

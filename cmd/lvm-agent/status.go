@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
@@ -24,6 +25,7 @@ import (
 	"github.com/lvm-agent/lvm-agent/kube"
 	"github.com/lvm-agent/lvm-agent/lvmbackend"
 	"github.com/lvm-agent/lvm-agent/lvmbackend/devmapper"
+	"github.com/lvm-agent/lvm-agent/lvmbackend/lvmmeta"
 )
 
 // statusOptions are the "volume status" flags.
@@ -45,6 +47,8 @@ const (
 	checkPending  = "pending"
 	checkFailed   = "failed"
 	checkReleased = "released" // PVC gone, its PV still refers to the LV: the delete request is due
+	checkNamed    = "named"    // PVC gone, but a spec or a PV's volume handle names the LV: the collector keeps it
+	checkKept     = "kept"     // PVC gone, nothing refers to the LV, but it is tagged protected or retained
 	checkForeign  = "untagged" // not made by lvm-agent (or by the original agent): left alone
 	checkMissing  = "MISSING-LV"
 	checkOrphan   = "ORPHAN-LV"
@@ -107,10 +111,10 @@ type poolStatus struct {
 }
 
 // status compares this node's volume requests on the API server with the
-// LVs lvmd reports, and flags orphan LVs (our ownership tag, no PVC of that
-// UID and no PV claiming it), missing LVs ("created" PVC, LV absent) and
-// stuck requests ("creating"/"deleting" for longer than stuckAfter, or with
-// a volume.error).
+// LVs lvmd reports, and flags orphan LVs (what the orphan collector would
+// remove: agent.References decides), missing LVs ("created" PVC, LV absent)
+// and stuck requests ("creating"/"deleting" for longer than stuckAfter, or
+// with a volume.error).
 func status(ctx context.Context, c kubernetes.Interface, o statusOptions) error {
 	if o.output != "" && o.output != "wide" && o.output != "json" && o.output != "yaml" {
 		return usageError("-o must be wide, json or yaml, not " + o.output)
@@ -131,7 +135,7 @@ func status(ctx context.Context, c kubernetes.Interface, o statusOptions) error 
 		return err
 	}
 	lvs, lvmdErr := listLVs(ctx, o.backend, splitList(o.classes)) // reported after the table
-	var devs map[agent.DevNum]agent.DeviceState
+	var devs map[devmapper.DevNum]devmapper.DeviceState
 	dmNote := "not read (--backend none)"
 	if lvmdErr != nil {
 		dmNote = "not read (lvmd unavailable)"
@@ -139,139 +143,10 @@ func status(ctx context.Context, c kubernetes.Interface, o statusOptions) error 
 	if lvs != nil {
 		devs, dmNote = readDevices(ctx, o.dmControl)
 	}
-	owns := func(owned bool) bool { return o.node == "" || owned }
-	n := kube.Node{Name: o.node, Drivers: splitList(o.drivers), Provisioners: []string{kube.DefaultProvisioner}}
-	now := time.Now()
-	seen := map[string]bool{} // LVs that a request names
-	lvCell := func(key string) (lv, size, owner, device string) {
-		if lvs == nil {
-			return key, "?", "?", "?"
-		}
-		v, ok := lvs[key]
-		if !ok {
-			return key, "-", "-", "-"
-		}
-		return key, resource.NewQuantity(v.SizeBytes, resource.BinarySI).String(), lvOwner(v), deviceCell(devs, v)
-	}
-	stuck := func(state string, m metav1.Object) (bool, string) {
-		age := now.Sub(requestTime(m))
-		if e := m.GetAnnotations()[kube.AnnError]; e != "" {
-			return true, e
-		}
-		if age > o.stuckAfter {
-			return true, fmt.Sprintf("%s for %s (threshold %s)", state, duration.HumanDuration(age), o.stuckAfter)
-		}
-		return false, ""
-	}
-
-	var rows []statusRow
-	pvcUIDs := map[string]string{}
-	for i := range pvcs.Items {
-		p := &pvcs.Items[i]
-		pvcUIDs[string(p.UID)] = p.Namespace + "/" + p.Name
-		st := p.Annotations[kube.AnnLifecycle]
-		if st == "" || !owns(n.OwnsPVC(p)) {
-			continue
-		}
-		r := statusRow{Object: "pvc/" + p.Namespace + "/" + p.Name, State: st, Age: duration.HumanDuration(now.Sub(requestTime(p))),
-			LV: "-", Size: "-", Owner: "-", Device: "-", Check: checkOK}
-		spec, err := kube.ParseCreateSpec(p.Annotations[kube.AnnSpec])
-		key := ""
-		if err == nil {
-			key = agent.DeviceClass(classes, spec.VolumeGroup) + "/" + spec.Name
-			seen[key] = true
-			r.LV, r.Size, r.Owner, r.Device = lvCell(key)
-		}
-		switch {
-		case st == kube.StateFailed:
-			r.Check, r.Detail = checkFailed, p.Annotations[kube.AnnReason]+": "+p.Annotations[kube.AnnError]
-		case st == kube.StateCreating:
-			r.Check = checkPending
-			if bad, why := stuck(st, p); bad {
-				r.Check, r.Detail = checkStuck, why
-			}
-		case err != nil:
-			r.Check, r.Detail = checkBadSpec, err.Error()
-		case lvs == nil:
-			r.Check = "?"
-		case st == kube.StateCreated:
-			v, ok := lvs[key]
-			switch {
-			case !ok:
-				r.Check, r.Detail = checkMissing, "the PVC is created, but lvmd has no LV "+key
-			case !v.HasTag(agent.OwnerTag(p.UID)):
-				r.Check, r.Detail = checkNotOurs, "the LV lacks the tag "+agent.OwnerTag(p.UID)
-			case devs != nil && !strings.HasPrefix(r.Device, "active"):
-				r.Check, r.Detail = checkDevice, "the LV's device "+devNum(v).String()+" is "+r.Device+" in device-mapper"
-			}
-		}
-		rows = append(rows, r)
-	}
-	pvClaims := map[string]string{}
-	for i := range pvs.Items {
-		p := &pvs.Items[i]
-		if p.Spec.ClaimRef != nil && p.Spec.ClaimRef.UID != "" {
-			pvClaims[string(p.Spec.ClaimRef.UID)] = p.Name
-		}
-		st := p.Annotations[kube.AnnLifecycle]
-		if st == "" || !owns(n.OwnsPV(p)) {
-			continue
-		}
-		r := statusRow{Object: "pv/" + p.Name, State: st, Age: duration.HumanDuration(now.Sub(requestTime(p))),
-			LV: "-", Size: "-", Owner: "-", Device: "-", Check: checkOK}
-		if vg, lv, err := kube.ParsePVSpec(p.Annotations[kube.AnnSpec]); err == nil {
-			key := agent.DeviceClass(classes, vg) + "/" + lv
-			seen[key] = true
-			r.LV, r.Size, r.Owner, r.Device = lvCell(key)
-		}
-		switch st {
-		case kube.StateFailed:
-			r.Check, r.Detail = checkFailed, p.Annotations[kube.AnnReason]+": "+p.Annotations[kube.AnnError]
-		case kube.StateDeleting:
-			r.Check = checkPending
-			if bad, why := stuck(st, p); bad {
-				r.Check, r.Detail = checkStuck, why
-			}
-		}
-		rows = append(rows, r)
-	}
-	// LVs no request names.
-	var lone []statusRow
-	for key, v := range lvs {
-		if seen[key] {
-			continue
-		}
-		r := statusRow{Object: "-", State: "-", Age: "-", LV: key, Size: resource.NewQuantity(v.SizeBytes, resource.BinarySI).String(), Owner: lvOwner(v), Device: deviceCell(devs, v)}
-		uid, tagged := agent.OwnerUID(&v)
-		switch {
-		case !tagged:
-			r.Check = checkForeign
-		case pvcUIDs[uid] != "":
-			r.Check, r.Detail = checkOK, "PVC "+pvcUIDs[uid]
-		case pvClaims[uid] != "":
-			r.Check, r.Detail = checkReleased, "no PVC "+uid+"; PV "+pvClaims[uid]+" still refers to it"
-		default:
-			r.Check, r.Detail = checkOrphan, "no PVC of UID "+uid+" and no PV claiming it"
-		}
-		lone = append(lone, r)
-	}
-	sort.Slice(rows, func(i, j int) bool { return rows[i].Object < rows[j].Object })
-	sort.Slice(lone, func(i, j int) bool { return lone[i].LV < lone[j].LV })
-	rows = append(rows, lone...)
-
-	counts := map[string]int{}
-	for _, r := range rows {
-		counts[r.Check]++
-	}
-	pools := thinPools(devs, lvs)
-	rep := statusReport{Node: o.node, Volumes: rows, ThinPools: pools, DeviceState: dmNote, Summary: statusSummary{
-		Rows: len(rows), LVsChecked: lvs != nil, MissingLVs: counts[checkMissing], OrphanLVs: counts[checkOrphan],
-		StuckRequests: counts[checkStuck], OtherProblems: counts[checkNotOurs] + counts[checkBadSpec] + counts[checkDevice]}}
-	for _, p := range pools {
-		if len(p.Problems) > 0 {
-			rep.Summary.UnhealthyThinPools++
-		}
-	}
+	check := statusCheck{node: kube.Node{Name: o.node, Drivers: splitList(o.drivers), Provisioners: []string{kube.DefaultProvisioner}},
+		classes: classes, lvs: lvs, devs: devs, now: time.Now(), stuckAfter: o.stuckAfter}
+	rep := check.report(pvcs.Items, pvs.Items)
+	rep.DeviceState = dmNote
 	if lvmdErr != nil {
 		rep.LVMDError = lvmdErr.Error()
 	}
@@ -286,6 +161,180 @@ func status(ctx context.Context, c kubernetes.Interface, o statusOptions) error 
 		return errProblems
 	}
 	return nil
+}
+
+// statusCheck is what the API side is compared with.
+type statusCheck struct {
+	node       kube.Node // Name "": every node
+	classes    map[string]string
+	lvs        map[string]lvmbackend.Volume               // by "deviceClass/name"; nil: not read
+	devs       map[devmapper.DevNum]devmapper.DeviceState // nil: not read
+	now        time.Time
+	stuckAfter time.Duration
+}
+
+// report is one row per request of the node, then one per LV no request
+// names, with the thin pools and the counts.
+func (s statusCheck) report(pvcs []corev1.PersistentVolumeClaim, pvs []corev1.PersistentVolume) statusReport {
+	var refs agent.References
+	seen := map[string]bool{} // LVs that a request names
+	var rows []statusRow
+	for i := range pvcs {
+		refs.Add(&pvcs[i])
+		if r, ok := s.pvcRow(&pvcs[i], seen); ok {
+			rows = append(rows, r)
+		}
+	}
+	for i := range pvs {
+		refs.Add(&pvs[i])
+		if r, ok := s.pvRow(&pvs[i], seen); ok {
+			rows = append(rows, r)
+		}
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].Object < rows[j].Object })
+	rows = append(rows, s.loneRows(&refs, seen)...)
+
+	counts := map[string]int{}
+	for _, r := range rows {
+		counts[r.Check]++
+	}
+	pools := thinPools(s.devs, s.lvs)
+	rep := statusReport{Node: s.node.Name, Volumes: rows, ThinPools: pools, Summary: statusSummary{
+		Rows: len(rows), LVsChecked: s.lvs != nil, MissingLVs: counts[checkMissing], OrphanLVs: counts[checkOrphan],
+		StuckRequests: counts[checkStuck], OtherProblems: counts[checkNotOurs] + counts[checkBadSpec] + counts[checkDevice]}}
+	for _, p := range pools {
+		if len(p.Problems) > 0 {
+			rep.Summary.UnhealthyThinPools++
+		}
+	}
+	return rep
+}
+
+// row starts the row of a request: ok until a check says otherwise.
+func (s statusCheck) row(object, state string, m metav1.Object) statusRow {
+	return statusRow{Object: object, State: state, Age: duration.HumanDuration(s.now.Sub(requestTime(m))),
+		LV: "-", Size: "-", Owner: "-", Device: "-", Check: checkOK}
+}
+
+// setLV fills a row's LV cells from lvmd's LV key and marks it seen.
+func (s statusCheck) setLV(r *statusRow, key string, seen map[string]bool) {
+	seen[key] = true
+	r.LV = key
+	if s.lvs == nil {
+		r.Size, r.Owner, r.Device = "?", "?", "?"
+		return
+	}
+	if v, ok := s.lvs[key]; ok {
+		r.Size, r.Owner, r.Device = resource.NewQuantity(v.SizeBytes, resource.BinarySI).String(), lvOwner(v), deviceCell(s.devs, v)
+	}
+}
+
+// stuck says whether an open request is stuck, and why.
+func (s statusCheck) stuck(state string, m metav1.Object) (bool, string) {
+	age := s.now.Sub(requestTime(m))
+	if e := m.GetAnnotations()[kube.AnnError]; e != "" {
+		return true, e
+	}
+	if age > s.stuckAfter {
+		return true, fmt.Sprintf("%s for %s (threshold %s)", state, duration.HumanDuration(age), s.stuckAfter)
+	}
+	return false, ""
+}
+
+// openRow checks a failed or open request.
+func (s statusCheck) openRow(r *statusRow, m metav1.Object) {
+	switch a := m.GetAnnotations(); r.State {
+	case kube.StateFailed:
+		r.Check, r.Detail = checkFailed, a[kube.AnnReason]+": "+a[kube.AnnError]
+	case kube.StateCreating, kube.StateDeleting:
+		r.Check = checkPending
+		if bad, why := s.stuck(r.State, m); bad {
+			r.Check, r.Detail = checkStuck, why
+		}
+	}
+}
+
+// pvcRow is the row of a PVC with a request for the node (false: none).
+func (s statusCheck) pvcRow(p *corev1.PersistentVolumeClaim, seen map[string]bool) (statusRow, bool) {
+	st := p.Annotations[kube.AnnLifecycle]
+	if st == "" || s.node.Name != "" && !s.node.OwnsPVC(p) {
+		return statusRow{}, false
+	}
+	r := s.row("pvc/"+p.Namespace+"/"+p.Name, st, p)
+	spec, err := kube.ParseCreateSpec(p.Annotations[kube.AnnSpec])
+	key := ""
+	if err == nil {
+		key = agent.DeviceClass(s.classes, spec.VolumeGroup) + "/" + spec.Name
+		s.setLV(&r, key, seen)
+	}
+	switch {
+	case st == kube.StateFailed || st == kube.StateCreating:
+		s.openRow(&r, p)
+	case err != nil:
+		r.Check, r.Detail = checkBadSpec, err.Error()
+	case s.lvs == nil:
+		r.Check = "?"
+	case st == kube.StateCreated:
+		v, ok := s.lvs[key]
+		switch {
+		case !ok:
+			r.Check, r.Detail = checkMissing, "the PVC is created, but lvmd has no LV "+key
+		case !v.HasTag(agent.OwnerTag(p.UID)):
+			r.Check, r.Detail = checkNotOurs, "the LV lacks the tag "+agent.OwnerTag(p.UID)
+		case s.devs != nil && !strings.HasPrefix(r.Device, "active"):
+			r.Check, r.Detail = checkDevice, "the LV's device "+devNum(v).String()+" is "+r.Device+" in device-mapper"
+		}
+	}
+	return r, true
+}
+
+// pvRow is the row of a PV with a request for the node (false: none).
+func (s statusCheck) pvRow(p *corev1.PersistentVolume, seen map[string]bool) (statusRow, bool) {
+	st := p.Annotations[kube.AnnLifecycle]
+	if st == "" || s.node.Name != "" && !s.node.OwnsPV(p) {
+		return statusRow{}, false
+	}
+	r := s.row("pv/"+p.Name, st, p)
+	if vg, lv, err := kube.ParsePVSpec(p.Annotations[kube.AnnSpec]); err == nil {
+		s.setLV(&r, agent.DeviceClass(s.classes, vg)+"/"+lv, seen)
+	}
+	if st == kube.StateFailed || st == kube.StateDeleting {
+		s.openRow(&r, p)
+	}
+	return r, true
+}
+
+// loneRows are the LVs no request names, checked as the orphan collector
+// classifies them, sorted by LV.
+func (s statusCheck) loneRows(refs *agent.References, seen map[string]bool) []statusRow {
+	var out []statusRow
+	for key, v := range s.lvs {
+		if seen[key] {
+			continue
+		}
+		r := statusRow{Object: "-", State: "-", Age: "-", LV: key, Size: resource.NewQuantity(v.SizeBytes, resource.BinarySI).String(), Owner: lvOwner(v), Device: deviceCell(s.devs, v)}
+		r.Check, r.Detail = loneCheck(refs.Classify(&v))
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].LV < out[j].LV })
+	return out
+}
+
+// loneCheck is the check of an LV no request names.
+func loneCheck(ref agent.LVRef) (check, detail string) {
+	switch ref.Use {
+	case agent.LVForeign:
+		return checkForeign, ""
+	case agent.LVClaimed:
+		return checkOK, ref.By
+	case agent.LVReleased:
+		return checkReleased, "no PVC " + ref.OwnerUID + "; " + ref.By + " still refers to it"
+	case agent.LVNamed:
+		return checkNamed, "no PVC " + ref.OwnerUID + "; " + ref.By + " names it"
+	case agent.LVKept:
+		return checkKept, "no PVC " + ref.OwnerUID + "; tagged " + ref.By + ", so never removed as an orphan"
+	}
+	return checkOrphan, "no PVC of UID " + ref.OwnerUID + ", no PV claiming it, no spec or volume handle naming it"
 }
 
 // printStatus prints the report as a table (wide: with the LV owner and
@@ -389,7 +438,7 @@ func requestTime(m metav1.Object) time.Time {
 // readDevices reads device-mapper's state of every device, or says why not
 // (a missing or unreadable control node is not an error: status then shows
 // no device column, like the agent carries on without it).
-func readDevices(ctx context.Context, path string) (map[agent.DevNum]agent.DeviceState, string) {
+func readDevices(ctx context.Context, path string) (map[devmapper.DevNum]devmapper.DeviceState, string) {
 	if path == "" {
 		return nil, "not read (--device-mapper-control is empty)"
 	}
@@ -398,21 +447,21 @@ func readDevices(ctx context.Context, path string) (map[agent.DevNum]agent.Devic
 		return nil, "not read: " + err.Error()
 	}
 	defer dm.Close()
-	devs, err := agent.NewDevices(dm, nil).Snapshot(ctx)
+	devs, err := dm.Snapshot(ctx)
 	if err != nil {
 		return nil, "not read: " + err.Error()
 	}
 	return devs, ""
 }
 
-func devNum(v lvmbackend.Volume) agent.DevNum {
-	return agent.DevNum{Major: v.DevMajor, Minor: v.DevMinor}
+func devNum(v lvmbackend.Volume) devmapper.DevNum {
+	return devmapper.DevNum{Major: v.DevMajor, Minor: v.DevMinor}
 }
 
 // deviceCell is an LV's device state: active, suspended or inactive as
 // device-mapper has it ("absent" when lvmd's device numbers are not there),
 // and for a thin volume the pool space it maps.
-func deviceCell(devs map[agent.DevNum]agent.DeviceState, v lvmbackend.Volume) string {
+func deviceCell(devs map[devmapper.DevNum]devmapper.DeviceState, v lvmbackend.Volume) string {
 	switch {
 	case devs == nil:
 		return "?"
@@ -428,7 +477,7 @@ func deviceCell(devs map[agent.DevNum]agent.DeviceState, v lvmbackend.Volume) st
 	}
 	cell := d.State + ", " + resource.NewQuantity(int64(d.Thin.MappedBytes()), resource.BinarySI).String() + " mapped"
 	if pool, ok := devs[d.Pool]; ok {
-		cell += " in " + agent.LVMName(pool.Name)
+		cell += " in " + lvmmeta.LVMName(pool.Name)
 	}
 	return cell
 }
@@ -436,8 +485,8 @@ func deviceCell(devs map[agent.DevNum]agent.DeviceState, v lvmbackend.Volume) st
 // thinPools are the thin pools that hold the listed LVs, with their fill
 // levels and problems (failed, read-only, out of data space, needing a
 // check), sorted by name.
-func thinPools(devs map[agent.DevNum]agent.DeviceState, lvs map[string]lvmbackend.Volume) []poolStatus {
-	used := map[agent.DevNum]int{}
+func thinPools(devs map[devmapper.DevNum]devmapper.DeviceState, lvs map[string]lvmbackend.Volume) []poolStatus {
+	used := map[devmapper.DevNum]int{}
 	for _, v := range lvs {
 		if d, ok := devs[devNum(v)]; ok && d.Thin != nil {
 			used[d.Pool]++
@@ -450,7 +499,7 @@ func thinPools(devs map[agent.DevNum]agent.DeviceState, lvs map[string]lvmbacken
 			continue
 		}
 		p := d.ThinPool
-		out = append(out, poolStatus{Name: agent.LVMName(d.Name), Device: d.Name, DevNum: n.String(), LVs: count,
+		out = append(out, poolStatus{Name: lvmmeta.LVMName(d.Name), Device: d.Name, DevNum: n.String(), LVs: count,
 			UsedDataBlocks: p.UsedDataBlocks, TotalDataBlocks: p.TotalDataBlocks, DataUsedPercent: 100 * p.DataUsedFraction(),
 			UsedMetadataBlocks: p.UsedMetadataBlocks, TotalMetadataBlocks: p.TotalMetadataBlocks, MetadataUsedPercent: 100 * p.MetadataUsedFraction(),
 			Mode: string(p.Mode), Problems: d.PoolProblems()})

@@ -1,27 +1,36 @@
 package main
 
 import (
+	"context"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/lvm-agent/lvm-agent/agent"
+	"github.com/lvm-agent/lvm-agent/kube"
 	"github.com/lvm-agent/lvm-agent/lvmbackend"
 	"github.com/lvm-agent/lvm-agent/lvmbackend/devmapper"
+	"github.com/lvm-agent/lvm-agent/lvmbackend/lvmdfake"
 )
 
 func TestDeviceCellAndPools(t *testing.T) {
-	pool := agent.DevNum{Major: 254, Minor: 2}
-	full := agent.DevNum{Major: 254, Minor: 9}
-	devs := map[agent.DevNum]agent.DeviceState{
+	pool := devmapper.DevNum{Major: 254, Minor: 2}
+	full := devmapper.DevNum{Major: 254, Minor: 9}
+	devs := map[devmapper.DevNum]devmapper.DeviceState{
 		{Major: 254, Minor: 0}: {Name: "vg0-thick", State: "active"},
 		{Major: 254, Minor: 1}: {Name: "vg0-held", State: "suspended"},
 		pool: {Name: "vg0-pool0-tpool", State: "active", ThinPool: &devmapper.ThinPoolStatus{State: devmapper.StateOK,
 			UsedDataBlocks: 64, TotalDataBlocks: 16384, UsedMetadataBlocks: 113, TotalMetadataBlocks: 1024, Mode: devmapper.PoolModeReadWrite}},
 		{Major: 254, Minor: 3}: {Name: "vg0-thin", State: "active", Thin: &devmapper.ThinStatus{State: devmapper.StateOK, MappedSectors: 8192}, Pool: pool},
-		{Major: 254, Minor: 4}: {Name: "vg0-orphan--thin", State: "active", Thin: &devmapper.ThinStatus{State: devmapper.StateOK}, Pool: agent.DevNum{Major: 254, Minor: 99}},
+		{Major: 254, Minor: 4}: {Name: "vg0-orphan--thin", State: "active", Thin: &devmapper.ThinStatus{State: devmapper.StateOK}, Pool: devmapper.DevNum{Major: 254, Minor: 99}},
 		full: {Name: "vg1-big-tpool", State: "active", ThinPool: &devmapper.ThinPoolStatus{State: devmapper.StateOK,
 			UsedDataBlocks: 10, TotalDataBlocks: 10, UsedMetadataBlocks: 1, TotalMetadataBlocks: 4, Mode: devmapper.PoolModeOutOfDataSpace}},
 		{Major: 254, Minor: 10}: {Name: "vg1-t", State: "active", Thin: &devmapper.ThinStatus{State: devmapper.StateOK}, Pool: full},
@@ -50,4 +59,73 @@ thin pool vg1/big (vg1-big-tpool, 254:9): 1 LVs; data 10/10 blocks (100.00%), me
 	out.Reset()
 	printPools(&out, thinPools(nil, map[string]lvmbackend.Volume{"thin/a": lv(3)}))
 	assert.Empty(t, out.String())
+}
+
+// Issue 18, item 1: "volume status" calls ORPHAN-LV exactly what the orphan
+// collector would remove; an LV that the collector keeps (named by a spec or
+// a CSI volume handle, tagged protected or retained) is no problem.
+func TestStatusOrphanIsTheCollectors(t *testing.T) {
+	pv := func(spec, handle string) *corev1.PersistentVolume {
+		p := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-1", Annotations: map[string]string{}},
+			Spec: corev1.PersistentVolumeSpec{PersistentVolumeSource: corev1.PersistentVolumeSource{
+				CSI: &corev1.CSIPersistentVolumeSource{Driver: kube.DefaultDriver, VolumeHandle: handle}}}}
+		if spec != "" {
+			p.Annotations[kube.AnnSpec] = spec
+		}
+		return p
+	}
+	owner := agent.OwnerTag("gone")
+	for _, tc := range []struct {
+		name       string
+		tags       []string
+		objs       []runtime.Object
+		wantOrphan bool
+	}{
+		{name: "orphan", tags: []string{owner}, wantOrphan: true},
+		{name: "unrelated objects", tags: []string{owner}, objs: []runtime.Object{pv("vg1/lv2", "lv2")}, wantOrphan: true},
+		{name: "a PV's volume handle names it", tags: []string{owner}, objs: []runtime.Object{pv("", "lv1")}},
+		{name: "a PV's spec names it", tags: []string{owner}, objs: []runtime.Object{pv("vg1/lv1", "h")}},
+		{name: "a PV's JSON spec names it", tags: []string{owner}, objs: []runtime.Object{pv(`{"volumeGroup":"vg1","name":"lv1"}`, "h")}},
+		{name: "another PVC's spec names it", tags: []string{owner}, objs: []runtime.Object{&corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "other", UID: "other",
+				Annotations: map[string]string{kube.AnnSpec: `{"volumeGroup":"vg1","name":"lv1","size":4096}`}}}}},
+		{name: "protected", tags: []string{owner, agent.ProtectedTag}},
+		{name: "retained", tags: []string{owner, kube.RetainedTag}},
+		{name: "a tag without a UID", tags: []string{agent.OwnerTagPrefix}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lvm := lvmdfake.NewLVM(lvmdfake.Class{Name: "vg1", VG: "vg1", SizeBytes: 1 << 30})
+			socket := filepath.Join(t.TempDir(), "lvmd.sock")
+			lvmd := lvmdfake.NewTopolvm(lvm)
+			require.NoError(t, lvmd.Serve(socket))
+			t.Cleanup(lvmd.Stop)
+			_, err := lvm.Create("vg1", "lv1", 4096, tc.tags)
+			require.NoError(t, err)
+			o := statusOptions{node: "node-1", stuckAfter: time.Minute}
+			o.backend.backend, o.backend.lvmdSocket, o.backend.meta.mode = "topolvm", socket, "off"
+			err = status(context.Background(), fake.NewClientset(tc.objs...), o)
+			if tc.wantOrphan {
+				require.ErrorIs(t, err, errProblems)
+			} else {
+				require.NoError(t, err)
+			}
+		})
+	}
+}
+
+func TestLoneCheck(t *testing.T) {
+	for _, tc := range []struct {
+		ref           agent.LVRef
+		check, detail string
+	}{
+		{agent.LVRef{Use: agent.LVForeign}, "untagged", ""},
+		{agent.LVRef{Use: agent.LVClaimed, OwnerUID: "u", By: "PVC ns/a"}, "ok", "PVC ns/a"},
+		{agent.LVRef{Use: agent.LVReleased, OwnerUID: "u", By: "PV pv-1"}, "released", "no PVC u; PV pv-1 still refers to it"},
+		{agent.LVRef{Use: agent.LVNamed, OwnerUID: "u", By: "the CSI volume handle of PV pv-1"}, "named", "no PVC u; the CSI volume handle of PV pv-1 names it"},
+		{agent.LVRef{Use: agent.LVKept, OwnerUID: "u", By: kube.RetainedTag}, "kept", "no PVC u; tagged lvm-agent.retained, so never removed as an orphan"},
+		{agent.LVRef{Use: agent.LVOrphan, OwnerUID: "u"}, "ORPHAN-LV", "no PVC of UID u, no PV claiming it, no spec or volume handle naming it"},
+	} {
+		check, detail := loneCheck(tc.ref)
+		assert.Equal(t, [2]string{tc.check, tc.detail}, [2]string{check, detail})
+	}
 }

@@ -43,8 +43,8 @@ every state change. Exit codes: 0 done, 1 error, 2 usage, 3 failed,
 4 failed with InsufficientCapacity, 5 no answer before --timeout.
 
 status shows the node's volume requests (API side) next to lvmd's LVs and
-flags MISSING-LV (created PVC, no LV), ORPHAN-LV (LV with lvm-agent's tag for
-a PVC UID that no PVC or PV has), STUCK (creating/deleting for longer than
+flags MISSING-LV (created PVC, no LV), ORPHAN-LV (an LV the orphan collector
+would remove: lvm-agent's tag, and nothing refers to it), STUCK (creating/deleting for longer than
 --stuck-after, or with a volume.error), LV-NOT-OURS, BAD-SPEC and
 DEVICE-INACTIVE (created PVC whose LV device is not active). Where
 device-mapper is readable (root on the node) the DEVICE column shows each

@@ -65,7 +65,7 @@ func BenchmarkDeviceState(b *testing.B) {
 	}
 
 	// The package: every device's info (state, open count) and status,
-	// with the thin and thin-pool status parsed.
+	// with the thin and thin-pool status parsed into the model.
 	run("package", func(b *testing.B) {
 		var all []DeviceStatus
 		for b.Loop() {
@@ -73,13 +73,9 @@ func BenchmarkDeviceState(b *testing.B) {
 			if all, err = ctl.StatusAll(ctx); err != nil {
 				b.Fatal(err)
 			}
-			for _, d := range all {
-				for _, tg := range d.Targets {
-					if tg.Type == "thin" || tg.Type == "thin-pool" {
-						if _, err := ParseTargetStatus(tg.Type, tg.Params); err != nil {
-							b.Fatal(err)
-						}
-					}
+			for _, d := range deviceStates(all, nil) {
+				if d.Name == vg+"-pool-tpool" && d.ThinPool == nil {
+					b.Fatalf("%s: thin-pool status not parsed", d.Name)
 				}
 			}
 		}
@@ -94,19 +90,17 @@ func BenchmarkDeviceState(b *testing.B) {
 			}
 		}
 	})
-	// What `lvm-agent volume status` reads: the same, plus each thin
-	// volume's table, to name its pool.
+	// What `lvm-agent volume status` and the agent's device metrics read
+	// (Snapshot): the same, plus each thin volume's table, to name its pool.
 	run("package+pools", func(b *testing.B) {
 		for b.Loop() {
-			all, err := ctl.StatusAll(ctx)
+			snap, err := ctl.Snapshot(ctx)
 			if err != nil {
 				b.Fatal(err)
 			}
-			for _, d := range all {
-				if len(d.Targets) == 1 && d.Targets[0].Type == "thin" {
-					if _, err := ctl.Table(ctx, d.Info.Name); err != nil {
-						b.Fatal(err)
-					}
+			for _, d := range snap {
+				if d.Thin != nil && d.Pool == (DevNum{}) {
+					b.Fatalf("%s: no pool device", d.Name)
 				}
 			}
 		}
@@ -153,7 +147,7 @@ func BenchmarkDeviceState(b *testing.B) {
 	fmt.Fprintf(&out, "%-48s %10s %6s %11s\n", "reader", "per read", "reads", "vs package")
 	for _, row := range [][2]string{
 		{"package", "devmapper: StatusAll + parse thin(-pool)"},
-		{"package+pools", "devmapper: + table of each thin LV (its pool)"},
+		{"package+pools", "devmapper: Snapshot (+ each thin LV's pool)"},
 		{"lvs", "lvm lvs --reportformat json (1 process)"},
 		{"dmsetup", "dmsetup status --noflush (1 process)"},
 	} {

@@ -14,8 +14,11 @@
 //   - control.go, sys_linux.go: Open, Close and the one ioctl round trip every
 //     query uses, including the buffer growth on DM_BUFFER_FULL_FLAG.
 //   - version.go, list.go, info.go, status.go, statusall.go: the queries.
-//   - thinpool.go, thin.go, striped.go, targets.go: parsers for the target
+//   - thinpool.go, thin.go, targets.go: parsers for the thin-pool and thin
 //     status strings the kernel returns in Status.
+//   - snapshot.go: the model the agent and `volume status` read (DevNum,
+//     DeviceState, a pool's problems) and Snapshot, which builds it for
+//     every device, each thin volume with its pool's device.
 //
 // Everything that touches the kernel goes through one function value, so the
 // encoding and decoding are tested against hand-built kernel replies; the

@@ -34,8 +34,6 @@ var (
 	ErrMalformed = errors.New("malformed device-mapper reply")
 	// ErrInvalidStatus: a target status or table string does not parse.
 	ErrInvalidStatus = errors.New("invalid device-mapper target status")
-	// ErrUnknownTarget: ParseTargetStatus has no parser for the target type.
-	ErrUnknownTarget = errors.New("no parser for device-mapper target type")
 	// ErrClosed: the Control was closed.
 	ErrClosed = errors.New("device-mapper control closed")
 )

@@ -326,3 +326,14 @@ func parseLVS(out string) ([]lvsRow, error) {
 	}
 	return r.Report[0].LV, nil
 }
+
+// poolBlockSectors is the data block size, in sectors, of a thin-pool table
+// line: "<metadata dev> <data dev> <data block size> <low water mark> ...".
+func poolBlockSectors(tb testing.TB, params string) uint64 {
+	tb.Helper()
+	f := strings.Fields(params)
+	require.GreaterOrEqual(tb, len(f), 4, "thin-pool table %q", params)
+	n, err := strconv.ParseUint(f[2], 10, 64)
+	require.NoError(tb, err, "thin-pool table %q", params)
+	return n
+}

@@ -74,9 +74,8 @@ func TestGuestLVM(t *testing.T) {
 	assert.Zero(t, p.UsedDataBlocks)
 	table, err := ctl.Table(ctx, pool)
 	require.NoError(t, err)
-	pt, err := ParseThinPoolTable(table.Targets[0].Params)
-	require.NoError(t, err)
-	block := pt.DataBlockBytes()
+	blockSectors := poolBlockSectors(t, table.Targets[0].Params)
+	block := blockSectors * sectorSize
 	require.Equal(t, uint64(16<<20), p.TotalDataBlocks*block, "pool size")
 	node := rows["thin"].DMPath
 
@@ -86,21 +85,21 @@ func TestGuestLVM(t *testing.T) {
 	rows = compare()
 	p = poolStatus()
 	assert.Equal(t, written, p.UsedDataBlocks)
-	assert.Equal(t, written*pt.DataBlockSectors, mapped())
+	assert.Equal(t, written*blockSectors, mapped())
 	assert.Equal(t, PoolModeReadWrite, p.Mode)
 	t.Logf("pool %d/%d blocks: lvs data_percent %s, metadata_percent %s", p.UsedDataBlocks, p.TotalDataBlocks, rows["pool"].Data, rows["pool"].Metadata)
 
 	// Full, failing writes instead of queueing them.
 	lvm(t, "", "lvchange", "--errorwhenfull", "y", vg+"/pool")
 	assert.Equal(t, NoSpaceError, poolStatus().NoSpace)
-	err = writeBlocks(node, written, p.FreeDataBlocks()+8, block)
+	err = writeBlocks(node, written, p.TotalDataBlocks-p.UsedDataBlocks+8, block)
 	require.Error(t, err, "writing past the end of the pool")
 	t.Logf("writing past the end of the pool: %v", err)
 	rows = compare()
 	p = poolStatus()
 	assert.Equal(t, PoolModeOutOfDataSpace, p.Mode)
 	assert.Equal(t, p.TotalDataBlocks, p.UsedDataBlocks)
-	assert.Equal(t, p.TotalDataBlocks*pt.DataBlockSectors, mapped())
+	assert.Equal(t, p.TotalDataBlocks*blockSectors, mapped())
 	r := rows["pool"]
 	assert.Equal(t, "100.00", r.Data)
 	assert.Equal(t, "out_of_data", r.Health)

@@ -136,9 +136,9 @@ func TestGuest(t *testing.T) {
 		pool, err := ctl.Status(ctx, fx.pool)
 		require.NoError(t, err)
 		require.Len(t, pool.Targets, 1)
-		ps, err := ParseTargetStatus(pool.Targets[0].Type, pool.Targets[0].Params)
+		require.Equal(t, "thin-pool", pool.Targets[0].Type)
+		p, err := ParseThinPoolStatus(pool.Targets[0].Params)
 		require.NoError(t, err)
-		p := ps.(ThinPoolStatus)
 		assert.Equal(t, StateOK, p.State)
 		assert.Equal(t, PoolModeReadWrite, p.Mode)
 		assert.Equal(t, uint64(fx.poolBlocks), p.TotalDataBlocks)
@@ -149,9 +149,7 @@ func TestGuest(t *testing.T) {
 
 		table, err := ctl.Table(ctx, fx.pool)
 		require.NoError(t, err)
-		pt, err := ParseThinPoolTable(table.Targets[0].Params)
-		require.NoError(t, err)
-		assert.Equal(t, uint64(fx.blockSectors), pt.DataBlockSectors)
+		assert.Equal(t, uint64(fx.blockSectors), poolBlockSectors(t, table.Targets[0].Params))
 
 		thin, err := ctl.Status(ctx, fx.thin)
 		require.NoError(t, err)

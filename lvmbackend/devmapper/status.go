@@ -25,8 +25,8 @@ type DeviceStatus struct {
 }
 
 // Status returns the runtime status of every target of the device's live
-// table (DM_TABLE_STATUS), e.g. thin-pool fill levels; parse Params with
-// ParseTargetStatus. A device without a live table has no targets.
+// table (DM_TABLE_STATUS), e.g. thin-pool fill levels (ParseThinPoolStatus,
+// ParseThinStatus). A device without a live table has no targets.
 //
 // The query carries DM_NOFLUSH_FLAG. Without it a thin-pool commits its
 // metadata before answering, which is disk I/O a monitoring poll should not

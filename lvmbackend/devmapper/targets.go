@@ -1,7 +1,6 @@
 package devmapper
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 )
@@ -23,37 +22,6 @@ const (
 	// StateUnknown: a thin target without an open thin device ("-").
 	StateUnknown TargetState = "-"
 )
-
-// TargetStatus is a parsed target status: LinearStatus, StripedStatus,
-// ThinPoolStatus or ThinStatus.
-type TargetStatus interface {
-	// TargetType is the kernel's target type name ("thin-pool", ...).
-	TargetType() string
-}
-
-// ParseTargetStatus parses the status params of one target, as returned by
-// Status, choosing the parser by target type. Types without a parser give
-// an error wrapping ErrUnknownTarget.
-func ParseTargetStatus(targetType, params string) (TargetStatus, error) {
-	switch targetType {
-	case "linear":
-		return LinearStatus{}, nil
-	case "striped":
-		return ParseStripedStatus(params)
-	case "thin-pool":
-		return ParseThinPoolStatus(params)
-	case "thin":
-		return ParseThinStatus(params)
-	}
-	return nil, fmt.Errorf("%w: %q", ErrUnknownTarget, targetType)
-}
-
-// LinearStatus is the status of a linear target: the kernel reports an
-// empty string, so being listed is all there is to know.
-type LinearStatus struct{}
-
-// TargetType implements TargetStatus.
-func (LinearStatus) TargetType() string { return "linear" }
 
 // singleWordState recognises the one-word status lines that replace the
 // numbers when a pool has failed or its metadata cannot be read.

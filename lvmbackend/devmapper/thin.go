@@ -21,9 +21,6 @@ type ThinStatus struct {
 	AnyMapped           bool
 }
 
-// TargetType implements TargetStatus.
-func (ThinStatus) TargetType() string { return "thin" }
-
 // MappedBytes is MappedSectors in bytes: the pool space the volume uses.
 func (s ThinStatus) MappedBytes() uint64 { return sectorsToBytes(s.MappedSectors) }
 

@@ -42,7 +42,8 @@ const (
 // Only the first four fields exist on every kernel; the rest arrived over
 // time (and early kernels printed the discard word before the mode), so
 // they are recognised by value and left zero when absent. Metadata blocks
-// are 4 KiB; data blocks are the pool's block size (ThinPoolTable).
+// are 4 KiB; data blocks are the pool's block size (its table line's third
+// field).
 type ThinPoolStatus struct {
 	// State is StateOK unless the kernel printed "Fail" or "Error", in
 	// which case every other field is zero.
@@ -69,9 +70,6 @@ type ThinPoolStatus struct {
 	MetadataLowWatermark uint64
 }
 
-// TargetType implements TargetStatus.
-func (ThinPoolStatus) TargetType() string { return "thin-pool" }
-
 // DataUsedFraction is used/total data blocks in [0, 1] (0 for an empty or
 // failed pool).
 func (s ThinPoolStatus) DataUsedFraction() float64 {
@@ -81,30 +79,6 @@ func (s ThinPoolStatus) DataUsedFraction() float64 {
 // MetadataUsedFraction is used/total metadata blocks.
 func (s ThinPoolStatus) MetadataUsedFraction() float64 {
 	return fraction(s.UsedMetadataBlocks, s.TotalMetadataBlocks)
-}
-
-// FreeDataBlocks is total minus used data blocks, 0 if used exceeds total.
-func (s ThinPoolStatus) FreeDataBlocks() uint64 {
-	if s.UsedDataBlocks > s.TotalDataBlocks {
-		return 0
-	}
-	return s.TotalDataBlocks - s.UsedDataBlocks
-}
-
-// FreeMetadataBlocks is total minus used metadata blocks, 0 if used
-// exceeds total.
-func (s ThinPoolStatus) FreeMetadataBlocks() uint64 {
-	if s.UsedMetadataBlocks > s.TotalMetadataBlocks {
-		return 0
-	}
-	return s.TotalMetadataBlocks - s.UsedMetadataBlocks
-}
-
-// MetadataLow reports whether free metadata is at or below the kernel's
-// low watermark, i.e. the kernel is asking for the metadata device to be
-// extended. False when the watermark is not reported.
-func (s ThinPoolStatus) MetadataLow() bool {
-	return s.State == StateOK && s.MetadataLowWatermark > 0 && s.FreeMetadataBlocks() <= s.MetadataLowWatermark
 }
 
 // ParseThinPoolStatus parses the status params of a thin-pool target.
@@ -173,53 +147,4 @@ func ParseThinPoolStatus(params string) (ThinPoolStatus, error) {
 		}
 	}
 	return s, nil
-}
-
-// ThinPoolTable is a thin-pool target's table line (Table):
-//
-//	<metadata dev> <data dev> <data block size> <low water mark> [<#features> <feature>...]
-type ThinPoolTable struct {
-	MetadataDev string // "major:minor"
-	DataDev     string // "major:minor"
-	// DataBlockSectors is the pool's allocation unit in 512-byte sectors;
-	// it converts ThinPoolStatus data block counts to bytes.
-	DataBlockSectors uint64
-	// LowWaterBlocks: free data blocks at which the kernel raises an event.
-	LowWaterBlocks uint64
-	// Features are the table's feature words, e.g. skip_block_zeroing.
-	Features []string
-}
-
-// DataBlockBytes is the pool's data block size in bytes.
-func (t ThinPoolTable) DataBlockBytes() uint64 { return sectorsToBytes(t.DataBlockSectors) }
-
-// ParseThinPoolTable parses the table params of a thin-pool target.
-func ParseThinPoolTable(params string) (ThinPoolTable, error) {
-	const target = "thin-pool table"
-	f := strings.Fields(params)
-	if len(f) < 4 {
-		return ThinPoolTable{}, invalidStatus(target, "%d fields, want at least 4", len(f))
-	}
-	t := ThinPoolTable{MetadataDev: f[0], DataDev: f[1]}
-	var err error
-	if t.DataBlockSectors, err = parseUint(target, "data block size", f[2]); err != nil {
-		return ThinPoolTable{}, err
-	}
-	if t.LowWaterBlocks, err = parseUint(target, "low water mark", f[3]); err != nil {
-		return ThinPoolTable{}, err
-	}
-	if len(f) == 4 {
-		return t, nil
-	}
-	n, err := parseUint(target, "feature count", f[4])
-	if err != nil {
-		return ThinPoolTable{}, err
-	}
-	if n != uint64(len(f)-5) {
-		return ThinPoolTable{}, invalidStatus(target, "feature count %d, but %d feature words", n, len(f)-5)
-	}
-	if n > 0 {
-		t.Features = append([]string(nil), f[5:]...)
-	}
-	return t, nil
 }

@@ -113,61 +113,11 @@ func TestThinPoolStatusHelpers(t *testing.T) {
 	require.NoError(t, err)
 	assert.InDelta(t, 0.3125, s.DataUsedFraction(), 1e-12)
 	assert.InDelta(t, 191.0/1024.0, s.MetadataUsedFraction(), 1e-12)
-	assert.Equal(t, uint64(16384-5120), s.FreeDataBlocks())
-	assert.Equal(t, uint64(1024-191), s.FreeMetadataBlocks())
-	assert.False(t, s.MetadataLow(), "833 free blocks, watermark 256")
-}
-
-func TestThinPoolMetadataLow(t *testing.T) {
-	tests := []struct {
-		params string
-		low    bool
-	}{
-		{"1 100/1000 0/10 - rw discard_passdown queue_if_no_space - 100", false}, // 900 free
-		{"1 900/1000 0/10 - rw discard_passdown queue_if_no_space - 100", true},  // 100 free: at the watermark
-		{"1 950/1000 0/10 - rw discard_passdown queue_if_no_space - 100", true},
-		{"1 950/1000 0/10 - rw discard_passdown queue_if_no_space -", false}, // watermark unknown
-		{"Fail", false},
-	}
-	for _, tt := range tests {
-		s, err := ParseThinPoolStatus(tt.params)
-		require.NoError(t, err)
-		assert.Equal(t, tt.low, s.MetadataLow(), tt.params)
-	}
 }
 
 func TestThinPoolStatusHelpersOnDegenerateCounts(t *testing.T) {
 	s := ThinPoolStatus{State: StateOK, UsedDataBlocks: 10, TotalDataBlocks: 5, UsedMetadataBlocks: 3}
-	assert.Zero(t, s.FreeDataBlocks(), "no wrap-around when used > total")
-	assert.Zero(t, s.FreeMetadataBlocks())
 	assert.Zero(t, s.MetadataUsedFraction(), "total 0")
 	assert.Equal(t, 2.0, s.DataUsedFraction(), "reported as is, not clamped")
 	assert.Zero(t, ThinPoolStatus{State: StateFail}.DataUsedFraction())
-}
-
-func TestParseThinPoolTable(t *testing.T) {
-	tests := []struct {
-		params string
-		want   ThinPoolTable
-	}{
-		{"253:0 253:1 128 0 0 ", ThinPoolTable{MetadataDev: "253:0", DataDev: "253:1", DataBlockSectors: 128}},
-		{"253:0 253:1 1024 80 2 skip_block_zeroing error_if_no_space ", ThinPoolTable{
-			MetadataDev: "253:0", DataDev: "253:1", DataBlockSectors: 1024, LowWaterBlocks: 80,
-			Features: []string{"skip_block_zeroing", "error_if_no_space"},
-		}},
-		{"8:16 8:32 128 0", ThinPoolTable{MetadataDev: "8:16", DataDev: "8:32", DataBlockSectors: 128}},
-	}
-	for _, tt := range tests {
-		got, err := ParseThinPoolTable(tt.params)
-		require.NoError(t, err, tt.params)
-		assert.Equal(t, tt.want, got, tt.params)
-	}
-	got, err := ParseThinPoolTable("253:0 253:1 128 0 0")
-	require.NoError(t, err)
-	assert.Equal(t, uint64(65536), got.DataBlockBytes())
-
-	for _, params := range []string{"", "253:0 253:1 128", "253:0 253:1 x 0", "253:0 253:1 128 y", "253:0 253:1 128 0 2 one", "253:0 253:1 128 0 z"} {
-		_, err := ParseThinPoolTable(params)
-		assert.ErrorIs(t, err, ErrInvalidStatus, "%q", params)
-	}
 }

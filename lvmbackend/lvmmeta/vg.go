@@ -179,6 +179,32 @@ func DMName(vg, lv string) string {
 	return strings.ReplaceAll(vg, "-", "--") + "-" + strings.ReplaceAll(lv, "-", "--")
 }
 
+// LVMName is "vg/lv" for the device-mapper name LVM gives an LV's device,
+// the inverse of DMName (dashes in either name doubled, "-layer" appended
+// for internal layers such as a thin pool's "-tpool"), and the name itself
+// for other devices.
+func LVMName(dmName string) string {
+	var parts []string
+	var cur []byte
+	for i := 0; i < len(dmName); i++ {
+		switch {
+		case dmName[i] != '-':
+			cur = append(cur, dmName[i])
+		case i+1 < len(dmName) && dmName[i+1] == '-':
+			cur = append(cur, '-')
+			i++
+		default:
+			parts = append(parts, string(cur))
+			cur = cur[:0]
+		}
+	}
+	parts = append(parts, string(cur))
+	if len(parts) < 2 || len(parts) > 3 || parts[0] == "" || parts[1] == "" {
+		return dmName
+	}
+	return parts[0] + "/" + parts[1]
+}
+
 // maxExtentCount keeps extent arithmetic (count times extent size) far from
 // overflow; 2^40 extents is beyond any real VG.
 const maxExtentCount = 1 << 40

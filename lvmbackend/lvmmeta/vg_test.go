@@ -166,3 +166,18 @@ func TestParseNumbers(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []Field{{"x", Value{Kind: KindFloat, Str: "-1.5"}}}, root.Fields)
 }
+
+func TestLVMName(t *testing.T) {
+	for dm, want := range map[string]string{
+		"vg0-lv0":              "vg0/lv0",
+		"vg0-pool0-tpool":      "vg0/pool0",
+		"my--vg-pvc--1a2b--3c": "my-vg/pvc-1a2b-3c",
+		"vg0-pool0_tdata":      "vg0/pool0_tdata",
+		"cryptroot":            "cryptroot",
+		"a-b-c-d":              "a-b-c-d",
+		"-lv":                  "-lv",
+		"vg--":                 "vg--",
+	} {
+		assert.Equal(t, want, LVMName(dm), dm)
+	}
+}

@@ -1,23 +1,21 @@
-package agent
+package devmapper
 
 import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/lvm-agent/lvm-agent/lvmbackend/devmapper"
 )
 
 func TestDeviceStates(t *testing.T) {
-	dev := func(name string, minor uint32, live, suspended bool, typ, params string) devmapper.DeviceStatus {
-		s := devmapper.DeviceStatus{Info: devmapper.Info{Name: name, Major: 253, Minor: minor, LiveTable: live, Suspended: suspended, OpenCount: 1}}
+	dev := func(name string, minor uint32, live, suspended bool, typ, params string) DeviceStatus {
+		s := DeviceStatus{Info: Info{Name: name, Major: 253, Minor: minor, LiveTable: live, Suspended: suspended, OpenCount: 1}}
 		if typ != "" {
-			s.Targets = []devmapper.Target{{Length: 8, Type: typ, Params: params}}
+			s.Targets = []Target{{Length: 8, Type: typ, Params: params}}
 		}
 		return s
 	}
-	all := []devmapper.DeviceStatus{
+	all := []DeviceStatus{
 		dev("vg0-thick", 0, true, false, "linear", ""),
 		dev("vg0-held", 1, true, true, "linear", ""),
 		dev("vg0-loaded", 2, false, false, "", ""),
@@ -51,23 +49,34 @@ func TestDeviceStates(t *testing.T) {
 	assert.Equal(t, DevNum{253, 3}, thin.Pool)
 }
 
-func TestThinPoolDev(t *testing.T) {
-	assert.Equal(t, DevNum{253, 12}, thinPoolDev("253:12 7"))
-	assert.Equal(t, DevNum{253, 12}, thinPoolDev("253:12 7 8:16"))
-	assert.Equal(t, DevNum{}, thinPoolDev("garbage"))
+func TestThinPool(t *testing.T) {
+	for params, want := range map[string]DevNum{
+		"253:12 7":      {253, 12},
+		"253:12 7 8:16": {253, 12},
+		"253:12 7 ":     {253, 12},
+	} {
+		got, err := thinPool(params)
+		require.NoError(t, err, params)
+		assert.Equal(t, want, got, params)
+	}
+	for _, bad := range []string{"garbage", "", "253:12", "253:12 x", "253 7", "253:x 7", "4294967296:0 7", "253:12 7 8:16 9"} {
+		_, err := thinPool(bad)
+		assert.ErrorIs(t, err, ErrInvalidStatus, bad)
+	}
 }
 
-func TestLVMName(t *testing.T) {
-	for dm, want := range map[string]string{
-		"vg0-lv0":              "vg0/lv0",
-		"vg0-pool0-tpool":      "vg0/pool0",
-		"my--vg-pvc--1a2b--3c": "my-vg/pvc-1a2b-3c",
-		"vg0-pool0_tdata":      "vg0/pool0_tdata",
-		"cryptroot":            "cryptroot",
-		"a-b-c-d":              "a-b-c-d",
-		"-lv":                  "-lv",
-		"vg--":                 "vg--",
-	} {
-		assert.Equal(t, want, LVMName(dm), dm)
+// The two halves together: a status decoded from a golden kernel reply
+// becomes a pool in the model.
+func TestDeviceStatesOfGoldenReply(t *testing.T) {
+	reply := goldenThinPoolStatusReply()
+	h := decodeHeader(reply)
+	targets, err := decodeTargets(reply, h)
+	require.NoError(t, err)
+	got := deviceStates([]DeviceStatus{{Info: infoFromHeader(h), Targets: targets}}, nil)
+	require.Len(t, got, 1)
+	for _, s := range got {
+		require.NotNil(t, s.ThinPool, s.Name)
+		assert.Equal(t, StateOK, s.ThinPool.State)
+		assert.Empty(t, s.PoolProblems())
 	}
 }

@@ -1,0 +1,66 @@
+package kube
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+)
+
+// DefaultCapacityAnnotation is the Node annotation that carries the node's
+// local storage capacity. It is the key of Alibaba Cloud CSI's local storage
+// plugin, and the value keeps that plugin's format (a JSON list of
+// {"type":"lvm","name":<VG>,"capacity":<bytes>}), so that schedulers which
+// read it keep working; "free" and "deviceClass" are lvm-agent's additions,
+// which readers of the original format ignore.
+const DefaultCapacityAnnotation = "csi.alibabacloud.com/storage-topology"
+
+// StorageCapacity is one entry of the capacity annotation.
+type StorageCapacity struct {
+	// Type is always "lvm".
+	Type string `json:"type"`
+	// Name is the volume group as a create spec names it.
+	Name string `json:"name"`
+	// Capacity is the size in bytes: the VG's, or a thin pool's.
+	Capacity uint64 `json:"capacity"`
+	// Free is what lvmd can still allocate (thin: with overprovisioning).
+	Free uint64 `json:"free"`
+	// DeviceClass is the lvmd device class behind Name.
+	DeviceClass string `json:"deviceClass"`
+}
+
+// EncodeStorageTopology renders entries as the annotation's value, sorted
+// by name and device class, so that equal reports give equal strings and an
+// unchanged report is never written twice.
+func EncodeStorageTopology(entries []StorageCapacity) string {
+	entries = append([]StorageCapacity{}, entries...) // "[]" for none
+	slices.SortFunc(entries, func(a, b StorageCapacity) int {
+		if c := strings.Compare(a.Name, b.Name); c != 0 {
+			return c
+		}
+		return strings.Compare(a.DeviceClass, b.DeviceClass)
+	})
+	out, _ := json.Marshal(entries) // plain structs: cannot fail
+	return string(out)
+}
+
+// DecodeStorageTopology reads the annotation's value. An entry of the
+// original format (no "free") decodes with Free equal to its Capacity: an
+// optimistic figure, which an InsufficientCapacity answer corrects.
+func DecodeStorageTopology(value string) ([]StorageCapacity, error) {
+	var raw []struct {
+		StorageCapacity
+		Free *uint64 `json:"free"`
+	}
+	if err := json.Unmarshal([]byte(value), &raw); err != nil {
+		return nil, err
+	}
+	out := make([]StorageCapacity, len(raw))
+	for i, e := range raw {
+		out[i] = e.StorageCapacity
+		out[i].Free = e.Capacity
+		if e.Free != nil {
+			out[i].Free = *e.Free
+		}
+	}
+	return out, nil
+}
