@@ -30,6 +30,7 @@ type fleetConfig struct {
 	restartNodes int // the API server restart at this N (0: none)
 	restartMode  string
 	restartDown  time.Duration
+	idle         time.Duration // the API server's idle cost is sampled this long before the transitions
 }
 
 // fleetRow is one N in one watch mode.
@@ -41,6 +42,9 @@ type fleetRow struct {
 	// all ready), and its lists.
 	start      apiCost
 	startLists listFigures
+	// idle is its CPU per second with the fleet up and the foreign churn
+	// on, before the transitions: the cost of N agents doing nothing.
+	idle float64
 	// work is its cost during the transitions (first write → last answer + 1 s).
 	work                apiCost
 	transitions, failed int
@@ -50,8 +54,12 @@ type fleetRow struct {
 	agentCPU, maxCPU    float64    // during the work
 }
 
+// cpuPerTransition is the API server's CPU during the transitions less
+// its idle rate over the same time, per transition: what a transition costs,
+// whether one node or 300 share them, and however long they take (one
+// node takes longer for the same work: its queue).
 func (r fleetRow) cpuPerTransition() float64 {
-	return r.work.cpuSeconds / float64(max(r.transitions, 1))
+	return max(r.work.cpuSeconds-r.idle*r.seconds, 0) / float64(max(r.transitions, 1))
 }
 
 // fleetBurst is the cluster-wide burst: burstPerNode creates on each node at once.
@@ -211,10 +219,16 @@ func fleetRowRun(ctx context.Context, cl *cluster, tb harness.TB, bin, mode stri
 		if err != nil {
 			return err
 		}
+		i0, err := sampleAPIServer(ctx, cl.cp)
+		if err != nil {
+			return err
+		}
+		time.Sleep(fc.idle)
 		a0, err := sampleAPIServer(ctx, cl.cp)
 		if err != nil {
 			return err
 		}
+		r.idle = (a0.proc.cpuSeconds - i0.proc.cpuSeconds) / a0.at.Sub(i0.at).Seconds()
 		lat, _, failed, err := cl.requests(ctx, obs, names, node, fc.rate, cl.cfg.createWorkers, 30*time.Minute)
 		if err != nil {
 			return err
@@ -238,8 +252,8 @@ func fleetRowRun(ctx context.Context, cl *cluster, tb harness.TB, bin, mode stri
 		f.stop()
 		return nil, r, err
 	}
-	logf("  %d transitions in %.1f s: API server %.2f CPU s (%.2f ms each), RSS %.0f MiB, %.0f watch events (%.1f MB), %.0f watchers; p50 %v p99 %v; agents RSS sum %.0f max %.1f MiB (anon sum %.0f max %.1f), CPU sum %.1f max %.2f s",
-		r.transitions, r.seconds, r.work.cpuSeconds, 1000*r.cpuPerTransition(), r.work.rssMiB, r.work.watchEvents, r.work.watchMB, r.work.watchers,
+	logf("  %d transitions in %.1f s: API server %.2f CPU s (idle %.3f CPU s/s; %.2f ms each net of it), RSS %.0f MiB, %.0f watch events (%.1f MB), %.0f watchers; p50 %v p99 %v; agents RSS sum %.0f max %.1f MiB (anon sum %.0f max %.1f), CPU sum %.1f max %.2f s",
+		r.transitions, r.seconds, r.work.cpuSeconds, r.idle, 1000*r.cpuPerTransition(), r.work.rssMiB, r.work.watchEvents, r.work.watchMB, r.work.watchers,
 		r.p50.Round(time.Millisecond), r.p99.Round(time.Millisecond), r.agents.sumRSS, r.agents.maxRSS, r.agents.sumAnon, r.agents.maxAnon, r.agentCPU, r.maxCPU)
 	return f, r, nil
 }
@@ -395,9 +409,9 @@ func fleetFits(n int, perAgent float64) string {
 		perAgent = 30 // a guess until the first row
 	}
 	avail := memAvailableMiB()
-	need := float64(n)*perAgent*1.5 + 3072 // the agents' peaks; the binary's pages, the API server's growth
+	need := float64(n)*perAgent*1.25 + 3072 // the agents' peaks; the binary's pages, the API server's growth
 	if avail > 0 && need > avail {
-		return fmt.Sprintf("needs ~%.0f MiB (%.0f MiB RssAnon per agent x 1.5 + 3 GiB), %.0f MiB available", need, perAgent, avail)
+		return fmt.Sprintf("needs ~%.0f MiB (%.0f MiB RssAnon per agent x 1.25 + 3 GiB), %.0f MiB available", need, perAgent, avail)
 	}
 	return ""
 }

@@ -70,6 +70,7 @@ func main() {
 	flag.IntVar(&fc.foreign, "fleet-foreign", 1000, "cluster mode: foreign PVCs (and PVs) of other nodes")
 	flag.IntVar(&fc.transitions, "transitions", 2000, "cluster mode: create requests per row, spread over the nodes")
 	flag.Float64Var(&fc.rate, "rate", 50, "cluster mode: their write rate per second")
+	flag.DurationVar(&fc.idle, "idle", 10*time.Second, "cluster mode: how long the API server's idle cost is sampled before the transitions")
 	flag.IntVar(&fc.burstNodes, "burst-nodes", 100, "cluster mode: at this N, the cluster-wide burst (0: none)")
 	flag.IntVar(&fc.burstPerNode, "burst-per-node", 100, "cluster mode: creates per node in the burst")
 	flag.DurationVar(&fc.burstLatency, "burst-lvmd-latency", time.Second, "cluster mode: the fake lvmd's latency per operation in the burst")
