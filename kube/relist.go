@@ -63,6 +63,16 @@ func (t *relistSpread) RoundTrip(req *http.Request) (*http.Response, error) {
 	return t.next.RoundTrip(req)
 }
 
+// SpreadStart waits a random time in [0, spread) (until ctx ends): for a
+// list that is not needed for the agent to be ready, the hybrid sweep's
+// first, so that the agents of a cluster restarted together (a DaemonSet
+// update) do not all make it at once.
+func SpreadStart(ctx context.Context, spread time.Duration) {
+	if spread > 0 {
+		sleep(ctx, rand.N(spread))
+	}
+}
+
 // listKey names the list a request starts: a plain list's first page, or a
 // streamed list (a watch asking for the initial events), by path and label
 // and field selectors.
