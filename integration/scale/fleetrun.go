@@ -97,7 +97,7 @@ type fleetResult struct {
 	rows     []fleetRow
 	bursts   []fleetBurst
 	restarts []fleetRestart
-	stopped  string // why the largest N did not run
+	stopped  []string // why a mode's largest N did not run
 	loadavg  [2]string
 }
 
@@ -132,14 +132,16 @@ func runFleet(ctx context.Context, cfg config, fc fleetConfig, log io.Writer) (*
 		return nil, err
 	}
 	cl.startChurn(ctx)
+	// Mode by mode, N ascending: the API server's RSS, which rarely
+	// shrinks, then grows with one mode's fleets only.
 	perAgent := 0.0 // the largest agent RssAnon seen, MiB
-	for _, n := range fc.nodes {
-		if why := fleetFits(n, perAgent); why != "" {
-			res.stopped = fmt.Sprintf("N=%d not run: %s", n, why)
-			logf("%s", res.stopped)
-			break
-		}
-		for _, mode := range fc.modes {
+	for _, mode := range fc.modes {
+		for _, n := range fc.nodes {
+			if why := fleetFits(n, perAgent); why != "" {
+				res.stopped = append(res.stopped, fmt.Sprintf("%s N=%d not run: %s", mode, n, why))
+				logf("%s", res.stopped[len(res.stopped)-1])
+				break
+			}
 			logf("fleet: %d agents, mode %s", n, mode)
 			f, row, err := fleetRowRun(ctx, cl, tb, bin, mode, n, fc, audit, logf)
 			if err != nil {

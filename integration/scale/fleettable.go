@@ -36,8 +36,8 @@ API CPU: its utime+stime from the first request written to the last answer seen 
   p50/p99: per volume, request written -> answer seen by the bench's watch.
 agents: VmRSS at the end (sum, largest; the binary's pages, shared, count in each), anon: RssAnon (what each agent adds),
   utime+stime during the window (sum, largest).`)
-	if res.stopped != "" {
-		fmt.Fprintf(out, "stopped: %s\n", res.stopped)
+	for _, s := range res.stopped {
+		fmt.Fprintf(out, "stopped: %s\n", s)
 	}
 	if len(res.bursts) > 0 {
 		fmt.Fprintln(out, "\nCluster-wide burst: every node gets its creates at once, the fake lvmd at its latency per operation (serialized per VG, as LVM):")
