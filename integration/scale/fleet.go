@@ -26,8 +26,9 @@ import (
 // watch fan-out the API server carries), its own rate limiter and its own
 // Go runtime, as on real nodes; and /proc gives each one's RSS and CPU,
 // which one shared process could not split. The price is memory: an agent
-// measured 20-25 MiB RSS here (the table's "agent RSS max"), so 300 of them
-// take 6-8 GiB, well within this host's 24 GiB; fleetFits checks before each N.
+// measured 52-78 MiB VmRSS here, of which only 10-33 MiB RssAnon (its own
+// heap; the rest is the binary's pages, shared by all): 300 of them take
+// 3-10 GiB, within this host's 24 GiB; fleetFits checks before each N.
 type fleet struct {
 	mode   string
 	nodes  []string
