@@ -5,7 +5,7 @@ export CGO_ENABLED := 0
 CACHE ?= $(or $(LVM_AGENT_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/lvm-agent)
 export LVM_AGENT_CACHE := $(CACHE)
 
-.PHONY: all build test test-unit test-integration test-guest demo node images bench-lvm bench-dm bench-scale bench-provision chaos fuzz vet clean
+.PHONY: all build test test-unit test-integration test-guest demo node images bench-lvm bench-dm bench-scale bench-cluster bench-provision chaos fuzz vet clean
 
 all: build
 
@@ -62,6 +62,12 @@ bench-dm:
 # Scale: the agent's costs with 0/10k/50k foreign PVCs+PVs, per watch mode.
 bench-scale:
 	KUBEBUILDER_ASSETS=$$(scripts/kube-assets.sh) go run ./integration/scale $(ARGS)
+
+# A cluster: N simulated nodes (real agents, fake lvmds) against one API
+# server; its cost per transition, a cluster-wide burst, an API server
+# restart. Quick: make bench-cluster ARGS='-nodes 1,30 -burst-nodes 30 -restart-nodes 30'
+bench-cluster:
+	KUBEBUILDER_ASSETS=$$(scripts/kube-assets.sh) go run ./integration/scale -nodes 1,30,100,300 $(ARGS)
 
 # The provisioner: PVC created -> Bound through the real scheduler, PV
 # controller, provisioner and agent; median of 20, fake lvmd at 0 ms and 1 s.

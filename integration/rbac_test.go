@@ -93,7 +93,7 @@ func TestRBAC(t *testing.T) {
 	// The default watch mode, with every optional part on.
 	agentProc := harness.StartAgent(t, agentBin, "--node-name", nodeName, "--kubeconfig", kubeconfig,
 		"--lvmd-socket", socket, "--metrics-address", "", "--v", "2",
-		"--sweep-interval", "500ms", "--orphan-gc-interval", "300ms")
+		"--sweep-interval", "500ms", "--relist-spread", "0", "--orphan-gc-interval", "300ms")
 	lvNames := func() []string {
 		lvs, err := lvm.List("vg1")
 		require.NoError(t, err)

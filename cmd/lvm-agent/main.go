@@ -50,6 +50,7 @@ type options struct {
 	provisioners                         string
 	watchMode                            string
 	sweepInterval                        time.Duration
+	relistSpread                         time.Duration
 	contentType                          string
 	workers                              int
 	allowUntagged                        bool
@@ -81,6 +82,7 @@ func agentMain(args []string) int {
 	fs.StringVar(&o.stripeClass, "striped-option-class", "", "lvmd lvcreate option class used for specs with \"striping\": true (empty: such specs fail)")
 	fs.StringVar(&o.watchMode, "watch-mode", string(kube.WatchHybrid), "hybrid: watch objects labelled "+kube.LabelNode+"=<node> (filtered by the API server), and list then watch the unlabelled ones for requests of this node, so that no provisioner's request is ignored; labelled: the labelled watch only (unlabelled requests are never seen); all: watch every PVC/PV and filter here (the original design: costs grow with the cluster)")
 	fs.DurationVar(&o.sweepInterval, "sweep-interval", 30*time.Minute, "hybrid mode: list all unlabelled PVCs/PVs again this often besides watching them, a safety net (0: only at start and when the watch cannot resume)")
+	fs.DurationVar(&o.relistSpread, "relist-spread", 10*time.Second, "delay each re-list of PVCs/PVs (after a watch that cannot resume, as when an API server restarts), and the hybrid mode's first list of the unlabelled ones, by a random time up to this, so that the agents of a cluster do not all list at once (0: off; the informers' first lists, which readiness waits for, are never delayed)")
 	fs.StringVar(&o.contentType, "kube-api-content-type", "application/vnd.kubernetes.protobuf", "content type of API requests and responses (protobuf is about a third of JSON's bytes and cheaper to decode)")
 	fs.IntVar(&o.workers, "workers", 8, "requests handled in parallel (lvmd serializes operations per volume group)")
 	fs.BoolVar(&o.allowUntagged, "allow-untagged-delete", false, "let deletes remove LVs without lvm-agent's ownership tag (volumes made by the original agent)")
@@ -125,7 +127,10 @@ func run(o options) error {
 		return fmt.Errorf("--device-class-map: %w", err)
 	}
 	clientMetrics := kube.NewClientMetrics()
-	client, err := newClient(o.kubeconfig, o.qps, o.burst, func(cfg *rest.Config) { clientMetrics.Instrument(cfg, o.contentType) })
+	client, err := newClient(o.kubeconfig, o.qps, o.burst, func(cfg *rest.Config) {
+		clientMetrics.Instrument(cfg, o.contentType)
+		cfg.Wrap(kube.RelistSpread(o.relistSpread))
+	})
 	if err != nil {
 		return err
 	}
@@ -162,8 +167,9 @@ func run(o options) error {
 	reg.MustRegister(agent.NewOpenRequestsCollector(a))
 	startGC(ctx, o.gc, a, reg)
 	if mode == kube.WatchHybrid {
-		go kube.NewSweeper(client, a, kube.SweepConfig{Node: node, Interval: o.sweepInterval, Recorder: recorder,
-			Metrics: clientMetrics, Registerer: reg}).Run(ctx)
+		sweeper := kube.NewSweeper(client, a, kube.SweepConfig{Node: node, Interval: o.sweepInterval, Recorder: recorder,
+			Metrics: clientMetrics, Registerer: reg})
+		go func() { kube.SpreadStart(ctx, o.relistSpread); sweeper.Run(ctx) }()
 	}
 	capacity := agent.NewCapacityWatcher(backend, reg)
 	if devices == nil {

@@ -3,6 +3,7 @@ package harness
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -22,8 +23,14 @@ func ReadMetrics(addr string) (map[string]float64, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
 	}
+	return ParseMetrics(resp.Body)
+}
+
+// ParseMetrics reads the Prometheus text format (an agent's or a
+// kube-apiserver's /metrics) into series → value, as ReadMetrics.
+func ParseMetrics(r io.Reader) (map[string]float64, error) {
 	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()

@@ -28,6 +28,8 @@ type Options struct {
 	// kubeconfig and token stays valid across the restart. (envtest's default
 	// is a fresh temporary directory, removed on stop: new certificates.)
 	Restartable bool
+	// Args are more kube-apiserver flags, name (without "--") → value.
+	Args map[string]string
 }
 
 // StartControlPlaneWith starts an etcd + kube-apiserver of the test's own,
@@ -44,6 +46,9 @@ func StartControlPlaneWith(t TB, startTimeout time.Duration, o Options) *Control
 	args := api.Configure()
 	if o.Authorization != "" {
 		args.Set("authorization-mode", o.Authorization)
+	}
+	for k, v := range o.Args {
+		args.Set(k, v)
 	}
 	if o.Restartable {
 		// On SIGTERM, kube-apiserver drains open watches only when this is
@@ -74,7 +79,11 @@ func (cp *ControlPlane) RestartAPIServer(ctx context.Context, down time.Duration
 		return fmt.Errorf("the control plane was not started Restartable")
 	}
 	if crash {
-		if err := killAPIServer(api.CertDir); err != nil {
+		pid, err := cp.APIServerPID()
+		if err != nil {
+			return err
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			return err
 		}
 	}
@@ -101,13 +110,18 @@ func (cp *ControlPlane) RestartAPIServer(ctx context.Context, down time.Duration
 	return WaitReady(ctx, cp.Client)
 }
 
-// killAPIServer sends SIGKILL to the kube-apiserver serving from certDir:
-// envtest keeps its process to itself, but the certificate directory, unique
-// to this control plane, names it on its command line.
-func killAPIServer(certDir string) error {
+// APIServerPID is the process id of the control plane's kube-apiserver
+// (a new one after each restart): envtest keeps its process to itself, but
+// the certificate directory, unique to a Restartable control plane, names it
+// on its command line.
+func (cp *ControlPlane) APIServerPID() (int, error) {
+	certDir := cp.Env.ControlPlane.GetAPIServer().CertDir
+	if certDir == "" {
+		return 0, fmt.Errorf("the control plane was not started Restartable")
+	}
 	procs, err := filepath.Glob("/proc/[0-9]*/cmdline")
 	if err != nil {
-		return err
+		return 0, err
 	}
 	for _, p := range procs {
 		raw, err := os.ReadFile(p)
@@ -122,9 +136,9 @@ func killAPIServer(certDir string) error {
 		if err != nil {
 			continue
 		}
-		return syscall.Kill(pid, syscall.SIGKILL)
+		return pid, nil
 	}
-	return fmt.Errorf("no kube-apiserver process with --cert-dir=%s", certDir)
+	return 0, fmt.Errorf("no kube-apiserver process with --cert-dir=%s", certDir)
 }
 
 // StartObserver starts a second kube-apiserver on cp's etcd, without a watch

@@ -31,10 +31,15 @@ type agentProc struct {
 // startAgent starts a fake lvmd (one thick device class "vg1" of 64 TiB:
 // every LV of a row fits) and the agent for benchNode.
 func startAgent(tb harness.TB, bin, kubeconfig, mode string, cfg config) *agentProc {
+	return startAgentOn(tb, bin, kubeconfig, benchNode, mode, cfg)
+}
+
+// startAgentOn is startAgent for the node named node.
+func startAgentOn(tb harness.TB, bin, kubeconfig, node, mode string, cfg config) *agentProc {
 	a := &agentProc{lvm: lvmdfake.NewLVM(lvmdfake.Class{Name: "vg1", SizeBytes: 64 << 40}), addr: harness.FreeAddr(tb)}
 	var socket string
 	a.lvmd, socket = harness.ServeLVMD(tb, a.lvm)
-	args := append([]string{"--node-name", benchNode, "--kubeconfig", kubeconfig, "--lvmd-socket", socket,
+	args := append([]string{"--node-name", node, "--kubeconfig", kubeconfig, "--lvmd-socket", socket,
 		"--metrics-address", a.addr, "--watch-mode", mode, "--sweep-interval", cfg.sweepInterval.String()}, cfg.agentArgs...)
 	a.started = time.Now()
 	a.proc = harness.StartAgent(tb, bin, args...)
@@ -72,11 +77,16 @@ func (a *agentProc) stop() {
 // procStats is what /proc says about the agent.
 type procStats struct {
 	rssMiB, hwmMiB float64 // VmRSS, VmHWM
-	cpuSeconds     float64 // utime + stime
+	// anonMiB is RssAnon: VmRSS less the pages of files (the binary's text,
+	// which processes of one binary share) and of shared memory.
+	anonMiB    float64
+	cpuSeconds float64 // utime + stime
 }
 
-func (a *agentProc) stats() (procStats, error) {
-	pid := a.proc.Cmd.Process.Pid
+func (a *agentProc) stats() (procStats, error) { return pidStats(a.proc.Cmd.Process.Pid) }
+
+// pidStats is what /proc says about the process pid.
+func pidStats(pid int) (procStats, error) {
 	var s procStats
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
@@ -93,6 +103,8 @@ func (a *agentProc) stats() (procStats, error) {
 			s.rssMiB = kb / 1024
 		case "VmHWM:":
 			s.hwmMiB = kb / 1024
+		case "RssAnon:":
+			s.anonMiB = kb / 1024
 		}
 	}
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
 
@@ -31,14 +32,18 @@ type observer struct {
 }
 
 // observe starts a watch from the namespace's current resourceVersion.
-func (cl *cluster) observe(ctx context.Context) (*observer, error) {
-	l, err := cl.c.CoreV1().PersistentVolumeClaims(burstNS).List(ctx, metav1.ListOptions{Limit: 1})
+func (cl *cluster) observe(ctx context.Context) (*observer, error) { return observeWith(ctx, cl.c) }
+
+// observeWith is observe through the client c (e.g. of an API server that
+// does not restart).
+func observeWith(ctx context.Context, c kubernetes.Interface) (*observer, error) {
+	l, err := c.CoreV1().PersistentVolumeClaims(burstNS).List(ctx, metav1.ListOptions{Limit: 1})
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	lw := &cache.ListWatch{WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-		return cl.c.CoreV1().PersistentVolumeClaims(burstNS).Watch(ctx, o)
+		return c.CoreV1().PersistentVolumeClaims(burstNS).Watch(ctx, o)
 	}}
 	w, err := watchtools.NewRetryWatcherWithContext(ctx, l.ResourceVersion, lw)
 	if err != nil {
@@ -134,10 +139,15 @@ type burstResult struct {
 
 // prepare makes n PVCs for the bench node, as a scheduler leaves them.
 func (cl *cluster) prepare(ctx context.Context, prefix string, n int) ([]string, error) {
+	return cl.prepareOn(ctx, prefix, n, func(int) string { return benchNode })
+}
+
+// prepareOn makes n PVCs, the i-th for the node node(i).
+func (cl *cluster) prepareOn(ctx context.Context, prefix string, n int, node func(int) string) ([]string, error) {
 	names := make([]string, n)
 	err := parallel(ctx, cl.cfg.createWorkers, 0, n, func(ctx context.Context, i int) error {
 		names[i] = fmt.Sprintf("%s-%04d", prefix, i)
-		_, err := cl.c.CoreV1().PersistentVolumeClaims(burstNS).Create(ctx, harness.NewPVC(burstNS, names[i], benchNode), metav1.CreateOptions{})
+		_, err := cl.c.CoreV1().PersistentVolumeClaims(burstNS).Create(ctx, harness.NewPVC(burstNS, names[i], node(i)), metav1.CreateOptions{})
 		return err
 	})
 	return names, err
@@ -146,10 +156,15 @@ func (cl *cluster) prepare(ctx context.Context, prefix string, n int) ([]string,
 // request writes a create request exactly as the provisioner helper does:
 // lifecycle, spec and (when labelled) the node label in one merge patch.
 func (cl *cluster) request(ctx context.Context, name string, labelled bool) error {
+	return cl.requestOn(ctx, name, benchNode, labelled)
+}
+
+// requestOn is request for a PVC of node.
+func (cl *cluster) requestOn(ctx context.Context, name, node string, labelled bool) error {
 	spec := fmt.Sprintf(`{"volumeGroup":"vg1","name":"%s","size":4194304}`, name)
 	var labels kube.Change
 	if labelled {
-		labels = kube.Set(map[string]string{kube.LabelNode: kube.NodeLabelValue(benchNode)})
+		labels = kube.Set(map[string]string{kube.LabelNode: kube.NodeLabelValue(node)})
 	}
 	_, err := kube.UpdatePvcWithAnnotations(ctx, cl.c, burstNS, name, "",
 		kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreating, kube.AnnSpec: spec}), labels)

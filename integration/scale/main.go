@@ -65,8 +65,34 @@ func main() {
 	flag.BoolVar(&cfg.verbose, "v", false, "print the agent's output of each row")
 	variants := flag.String("sync-variants", "", `after the rows, at the largest F, start these agents for their sync cost only, ";"-separated `+
 		`"name:mode:binary:args" (binary empty: the agent under test), e.g. "json:all::--kube-api-content-type=application/json"`)
+	var fc fleetConfig
+	nodes := flag.String("nodes", "", "cluster mode (make bench-cluster): numbers of simulated nodes, each a real agent with its own fake lvmd, comma-separated, ascending; the foreign/burst flags above then do not apply")
+	flag.IntVar(&fc.foreign, "fleet-foreign", 1000, "cluster mode: foreign PVCs (and PVs) of other nodes")
+	flag.IntVar(&fc.transitions, "transitions", 2000, "cluster mode: create requests per row, spread over the nodes")
+	flag.Float64Var(&fc.rate, "rate", 50, "cluster mode: their write rate per second")
+	flag.DurationVar(&fc.idle, "idle", 10*time.Second, "cluster mode: how long the API server's idle cost is sampled before the transitions")
+	flag.IntVar(&fc.burstNodes, "burst-nodes", 100, "cluster mode: at this N, the cluster-wide burst (0: none)")
+	flag.IntVar(&fc.burstPerNode, "burst-per-node", 100, "cluster mode: creates per node in the burst")
+	flag.DurationVar(&fc.burstLatency, "burst-lvmd-latency", time.Second, "cluster mode: the fake lvmd's latency per operation in the burst")
+	burstModes := flag.String("burst-modes", "labelled,all", "cluster mode: watch modes of the burst")
+	flag.IntVar(&fc.restartNodes, "restart-nodes", 300, "cluster mode: at this N, restart the API server under the fleet (0: none)")
+	flag.StringVar(&fc.restartMode, "restart-mode", "hybrid", "cluster mode: watch mode of the restart")
+	flag.DurationVar(&fc.restartDown, "restart-down", 5*time.Second, "cluster mode: how long the API server stays down")
 	flag.Parse()
 	var err error
+	if *nodes != "" {
+		if fc.nodes, err = ints(*nodes); err != nil {
+			fatal("-nodes: %v", err)
+		}
+		fc.modes, fc.burstModes = split(*modes), split(*burstModes)
+		cfg.agentArgs = strings.Fields(*extra)
+		res, err := runFleet(context.Background(), cfg, fc, os.Stderr)
+		if err != nil {
+			fatal("%v", err)
+		}
+		printFleet(os.Stdout, cfg, fc, res)
+		return
+	}
 	if cfg.foreign, err = ints(*foreign); err != nil {
 		fatal("-foreign: %v", err)
 	}

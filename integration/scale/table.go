@@ -118,6 +118,7 @@ func ms(d time.Duration) string   { return fmt.Sprintf("%.1f", float64(d)/float6
 func f0(v float64) string         { return fmt.Sprintf("%.0f", v) }
 func f1(v float64) string         { return fmt.Sprintf("%.1f", v) }
 func f2(v float64) string         { return fmt.Sprintf("%.2f", v) }
+func f3(v float64) string         { return fmt.Sprintf("%.3f", v) }
 
 // printVariants prints the variants' start beside the rows of their mode at
 // the same F (-sync-variants).
