@@ -76,13 +76,20 @@ func TestAdmission(t *testing.T) {
 	agentKubeconfig, agentOnA := serviceAccountKubeconfig(t, acp, "lvm-agent", "lvm-agent", agentPod(t, admin, "adm-node-a"))
 	_, unboundAgent := serviceAccountKubeconfig(t, acp, "lvm-agent", "lvm-agent", nil)
 
-	// The policies take effect a moment after they are stored.
+	// Each policy takes effect a moment after it is stored, independently
+	// of the other (on a loaded host, seconds apart): probe both.
 	harness.PVC(t, admin, "default", "adm-probe", "adm-node-a")
+	dryRun := metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}
 	require.NoError(t, wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		_, err := alice.CoreV1().PersistentVolumeClaims("default").Patch(ctx, "adm-probe", types.MergePatchType,
-			[]byte(`{"metadata":{"annotations":{"`+kube.AnnLifecycle+`":"creating"}}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+			[]byte(`{"metadata":{"annotations":{"`+kube.AnnLifecycle+`":"creating"}}}`), dryRun)
 		return apierrors.IsForbidden(err), nil
-	}), "the policy never refused a request")
+	}), "the protocol policy never refused a request")
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := agentOnA.CoreV1().Nodes().Patch(ctx, "adm-node-b", types.MergePatchType,
+			[]byte(`{"metadata":{"annotations":{"example.com/probe":"1"}}}`), dryRun)
+		return apierrors.IsForbidden(err), nil
+	}), "the node policy never refused a request")
 
 	request := kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreating, kube.AnnSpec: `{"volumeGroup":"vg1","name":"x","size":4096}`})
 	created := kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreated, kube.AnnDevice: "/dev/vg1/x"}).Remove(kube.AnnError, kube.AnnReason)
