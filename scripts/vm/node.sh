@@ -2,7 +2,7 @@
 # Boots the test guest and runs scripts/guest/node.sh in it: a real one-node
 # Kubernetes cluster (scripts/guest/cluster.sh), lvm-agent installed from
 # deploy/ as a user would, then the story of node.sh's mode:
-#   make demo        scripts/vm/node.sh --timeout 900 -- --mode demo
+#   make demo        scripts/vm/node.sh --timeout 1800 -- --mode demo
 #   make node        scripts/vm/node.sh                 (the full scenario)
 #   make test-node   the same, as a step of make test
 #   make bench-node  scripts/vm/node.sh -- --mode bench [--runs N]
