@@ -109,10 +109,15 @@ state = "/run/containerd"
 EOF
   daemon containerd containerd --config /etc/containerd/config.toml
   until_ok "containerd is serving" ctr version
+}
+
+# images: import the image tarballs into containerd (up runs it in the
+# background, meanwhile the API server starts).
+images() {
   local t
   for t in "$bin"/images/*.tar; do
     case $t in *-arm64.tar) continue ;; esac # the guest is amd64
-    ctr -n k8s.io images import --local "$t" >>"$LOGS/images.log" 2>&1 || ctr -n k8s.io images import "$t" >>"$LOGS/images.log" 2>&1
+    ctr -n k8s.io images import --local "$t" >>"$LOGS/images.log" 2>&1 || ctr -n k8s.io images import "$t" >>"$LOGS/images.log" 2>&1 || return
   done
   log "images imported: $(ctr -n k8s.io images ls -q | grep -c localhost/) ($(ctr -n k8s.io images ls -q | grep localhost/ | paste -sd' '))"
 }
@@ -136,7 +141,7 @@ control_plane_up() {
     --allow-privileged=true
 }
 
-rest_up() {
+controllers_up() {
   daemon kube-controller-manager kube-controller-manager \
     --kubeconfig "$PKI/controller-manager.conf" \
     --authentication-kubeconfig "$PKI/controller-manager.conf" \
@@ -148,6 +153,22 @@ rest_up() {
     --authentication-kubeconfig "$PKI/scheduler.conf" \
     --authorization-kubeconfig "$PKI/scheduler.conf" \
     --bind-address 127.0.0.1 --leader-elect=false
+  cat >"$DIR/kube-proxy.yaml" <<EOF
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection: {kubeconfig: $PKI/kube-proxy.conf}
+mode: nftables
+clusterCIDR: $POD_CIDR
+hostnameOverride: $NODE
+conntrack: {maxPerCore: 0}
+EOF
+  daemon kube-proxy kube-proxy --config "$DIR/kube-proxy.yaml"
+}
+
+# node_up: kubelet, which waits for the API server itself (the
+# controller-manager gives up on one not up within seconds, and kube-proxy
+# would guess the node's address).
+node_up() {
   cat >"$DIR/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -168,16 +189,6 @@ serializeImagePulls: false
 EOF
   daemon kubelet kubelet --config "$DIR/kubelet.yaml" --kubeconfig "$PKI/kubelet.conf" \
     --node-ip "$NODE_IP" --hostname-override "$NODE"
-  cat >"$DIR/kube-proxy.yaml" <<EOF
-apiVersion: kubeproxy.config.k8s.io/v1alpha1
-kind: KubeProxyConfiguration
-clientConnection: {kubeconfig: $PKI/kube-proxy.conf}
-mode: nftables
-clusterCIDR: $POD_CIDR
-hostnameOverride: $NODE
-conntrack: {maxPerCore: 0}
-EOF
-  daemon kube-proxy kube-proxy --config "$DIR/kube-proxy.yaml"
 }
 
 up() {
@@ -185,16 +196,20 @@ up() {
   network
   filesystems
   lvm-devcluster pki --dir "$PKI" --node-ip "$NODE_IP" --node "$NODE" >&2
-  log "starting etcd and kube-apiserver (TCG: 1-2 min until ready); containerd meanwhile"
+  log "starting etcd and kube-apiserver (TCG: 1-2 min until ready); containerd, the images and kubelet meanwhile"
   control_plane_up
   containerd_up
+  images &
+  local imports=$!
+  node_up
   until_ok "the API server is ready" kubectl get --raw /readyz
-  rest_up
+  controllers_up
   until_ok "node $NODE is Ready" kubectl wait --for=condition=Ready "node/$NODE" --timeout=5s
   # Pods reach the API server through the kubernetes Service (kube-proxy's
   # rules) and get a service account (the controller-manager's).
   until_ok "kube-proxy serves the kubernetes Service" nft list table ip kube-proxy
   until_ok "namespace default has its service account" kubectl -n default get serviceaccount default
+  wait "$imports" || { log "FAILED: the images were not imported (see $LOGS/images.log)"; return 1; }
 }
 
 down() {

@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# Boots the test guest and runs scripts/guest/node.sh in it: a real
-# one-node Kubernetes cluster (scripts/guest/cluster.sh), a Pod, and
-# deploy/ applied as a user would, until the lvm-agent DaemonSet is Ready.
+# Boots the test guest and runs scripts/guest/node.sh in it: a real one-node
+# Kubernetes cluster (scripts/guest/cluster.sh), lvm-agent installed from
+# deploy/ as a user would, then the story of node.sh's mode:
+#   make demo        scripts/vm/node.sh --timeout 1800 -- --mode demo
+#   make node        scripts/vm/node.sh                 (the full scenario)
+#   make test-node   the same, as a step of make test
+#   make bench-node  scripts/vm/node.sh -- --mode bench [--runs N]
 #
 #   scripts/vm/node.sh [--timeout SECONDS] [-- NODE_SH_ARGS...]
-# Exit code: node.sh's (run.sh: 124 timeout, 125 no exit code).
+# Exit code: node.sh's (run.sh: 124 timeout, 125 no exit code). The host's
+# load is printed at the start and the end: TCG's times follow it.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -13,12 +18,14 @@ timeout=2700  # the whole scenario took 1184 s under TCG with the host at load 4
 [ "${1:-}" != --timeout ] || { timeout=$2; shift 2; }
 [ "${1:-}" != -- ] || shift
 t0=$SECONDS
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+echo "node: host load at the start: $(load)"
 
 files=$("$here/guest-files.sh" --stage etcd kube-apiserver kube-controller-manager kube-scheduler \
   kubelet kubectl kube-proxy containerd containerd-shim-runc-v2 ctr lvm-devcluster images)
 trap 'rm -rf "$files"' EXIT
 cp -a "$root/deploy" "$files/deploy"
-echo "node: built in $((SECONDS - t0)) s; booting the guest (host load: $(cut -d' ' -f1-3 /proc/loadavg))"
+echo "node: built in $((SECONDS - t0)) s; booting the guest (host load: $(load))"
 CACHE=${LVM_AGENT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lvm-agent}
 share=${LVM_AGENT_RUN:-$CACHE/run}/node-results
 rm -rf "$share" && mkdir -p "$share"
@@ -26,5 +33,6 @@ rc=0
 "$here/run.sh" --mem "${LVM_AGENT_NODE_MEM:-4G}" --cpus 2 --timeout "$timeout" --files "$files" --share "$share" -- \
   bash /opt/lvm-agent/guest/node.sh --bin /opt/lvm-agent "$@" || rc=$?
 [ $rc -eq 0 ] || echo "node: the cluster's logs: $share/cluster-logs"
-echo "node: $([ $rc -eq 0 ] && echo OK || echo "FAILED (exit $rc)") in $((SECONDS - t0)) s"
+[ ! -d "$share/bench" ] || echo "node: the bench's watch lines and logs: $share/bench"
+echo "node: $([ $rc -eq 0 ] && echo OK || echo "FAILED (exit $rc)") in $((SECONDS - t0)) s; host load at the end: $(load)"
 exit $rc

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The demo, inside the guest (scripts/vm/demo.sh boots one; works as well in
-# the Vagrant VM): the whole stack on one machine, and one volume's life
-# through the real operator CLI.
+# The CLI demo (`make demo-cli`), inside the guest (scripts/vm/demo-cli.sh
+# boots one; works as well in the Vagrant VM): the whole stack on one
+# machine, and one volume's life through the real operator CLI.
 #
-#   demo.sh [--bin DIR]    DIR: binaries of scripts/vm/guest-files.sh (/opt/lvm-agent)
+#   demo-cli.sh [--bin DIR]    DIR: binaries of scripts/vm/guest-files.sh (/opt/lvm-agent)
 #
 #   etcd + kube-apiserver  (lvm-devcluster up: the integration harness's)
 #   LVM: vg0 on a loop device, thin pool vg0/pool0  (setup-lvm.sh)
