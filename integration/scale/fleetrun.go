@@ -107,10 +107,7 @@ func runFleet(ctx context.Context, cfg config, fc fleetConfig, log io.Writer) (*
 	res.loadavg[0] = loadavg()
 	tb := &harness.ProgramTB{Log: log}
 	defer tb.Close()
-	start := time.Now()
-	logf := func(format string, args ...any) {
-		fmt.Fprintf(log, "[%6.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
-	}
+	logf := progress(log)
 	dir := tb.TempDir()
 	bin := cfg.agentBin
 	if bin == "" {

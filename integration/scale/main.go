@@ -123,15 +123,21 @@ func main() {
 	printVariants(os.Stdout, cfg, rows)
 }
 
+// progress returns a printf to log whose lines start with the seconds since
+// it was made.
+func progress(log io.Writer) func(format string, args ...any) {
+	start := time.Now()
+	return func(format string, args ...any) {
+		fmt.Fprintf(log, "[%6.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
+	}
+}
+
 // run makes the cluster, then each row; progress goes to log.
 func run(ctx context.Context, cfg config, log io.Writer) ([]*row, lvmdCosts, error) {
 	var lvmd lvmdCosts
 	tb := &harness.ProgramTB{Log: log}
 	defer tb.Close()
-	start := time.Now()
-	logf := func(format string, args ...any) {
-		fmt.Fprintf(log, "[%6.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
-	}
+	logf := progress(log)
 	dir := tb.TempDir()
 	var err error
 	if lvmd, err = lvmdCalls(tb, cfg.burst); err != nil {
