@@ -144,11 +144,11 @@ bench() {
     "Each boundary as defined in scripts/guest/node.sh's bench()."
   show kubectl apply -f "$bin/deploy/examples/storageclass-thick.yaml"
   stamp() { while IFS= read -r l; do printf '%s %s\n' "$EPOCHREALTIME" "$l"; done; }
-  kubectl get pvc -l app=bench -w -o jsonpath='{"pvc "}{.metadata.name}{" "}{.status.phase}{" node="}{.metadata.annotations.volume\.kubernetes\.io/selected-node}{" state="}{.metadata.annotations.pv\.csi\.alibabacloud\.com/volume\.lifecycle}{"\n"}' 2>/dev/null > >(stamp >"$w/pvc.log") &
+  kubectl get pvc -l app=bench -w -o jsonpath='{"pvc "}{.metadata.name}{" "}{.status.phase}{" node="}{.metadata.annotations.volume\.kubernetes\.io/selected-node}{" state="}{.metadata.annotations.pv\.csi\.alibabacloud\.com/volume\.lifecycle}{"\n"}' 2>"$w/pvc.err" > >(stamp >"$w/pvc.log") &
   watches=($!)
-  kubectl get pv -w -o jsonpath='{"pv "}{.spec.claimRef.name}{" "}{.metadata.name}{"\n"}' 2>/dev/null > >(stamp >"$w/pv.log") &
+  kubectl get pv -w -o jsonpath='{"pv "}{.spec.claimRef.name}{" "}{.metadata.name}{"\n"}' 2>"$w/pv.err" > >(stamp >"$w/pv.log") &
   watches+=($!)
-  kubectl get pod -l app=bench -w -o jsonpath='{"pod "}{.metadata.name}{" "}{.status.phase}{" node="}{.spec.nodeName}{"\n"}' 2>/dev/null > >(stamp >"$w/pod.log") &
+  kubectl get pod -l app=bench -w -o jsonpath='{"pod "}{.metadata.name}{" "}{.status.phase}{" node="}{.spec.nodeName}{"\n"}' 2>"$w/pod.err" > >(stamp >"$w/pod.log") &
   watches+=($!)
   for i in $(seq 0 "$runs"); do
     { pvc_yaml "bench-$i" 64Mi lvm-thick Filesystem bench; pod_yaml "bench-$i" true "bench-$i" bench; } | kubectl apply -f - >/dev/null
@@ -159,6 +159,9 @@ bench() {
     kubectl delete pvc "bench-$i" --wait >/dev/null
     kubectl wait --for=delete "pv/$pv" --timeout=600s >/dev/null
     echo "bench: run $i done ($((SECONDS - t0)) s)"
+    [ "$i" -gt 0 ] || for f in pvc pv pod; do # the warm-up run proves each watch is live
+      [ -s "$w/$f.log" ] || { echo "bench: the $f watch saw nothing: $(cat "$w/$f.err")"; return 1; }
+    done
   done
   kill "${watches[@]}" 2>/dev/null || true
   sleep 1 # the stamps' last lines
@@ -209,7 +212,7 @@ bench() {
         v[5] = T[n " created_ann"] - T[n " creating"]; v[6] = T[n " pv"] - T[n " created_ann"]
         v[7] = T[n " node"] - T[n " pv"]; v[8] = T[n " mount"] - T[n " node"]
         v[9] = T[n " running"] - T[n " mount"]; v[10] = T[n " running"] - T[n " created"]
-        printf "%-8s", n; for (m = 1; m <= 10; m++) printf " %8.3f", v[m]; printf " %7.1f%%\n", 100 * v[3] / v[10]
+        printf "%-8s", n; for (m = 1; m <= 10; m++) printf " %8.3f", v[m]; printf " %7.1f%%\n", v[10] > 0 ? 100 * v[3] / v[10] : -1
       }
     }' "$w/watch.log" "$w/agent.log" "$w/lvmd.log" "$CLUSTER_DIR/logs/kubelet.log" | tee "$w/runs.txt"
   # The median of each column (runs is odd by default: the middle value).
