@@ -23,11 +23,13 @@ build() { # NAME: github.com/containerd/containerd/v2/cmd/NAME
   mkdir -p "$w" && cd "$w"
   [ -f go.mod ] || go mod init lvm-agent/containerd-build >/dev/null 2>&1
   log "building $name $CONTAINERD_VERSION (cold: ~1 min)"
+  local t0=$SECONDS
   go get -tool "$pkg@$CONTAINERD_VERSION" >/dev/null 2>&1
   go build -trimpath -tags no_btrfs \
     -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" \
     -o "$OUT/$name.tmp" "$pkg"
   mv "$OUT/$name.tmp" "$OUT/$name"
+  log "$name built in $((SECONDS - t0)) s"
 }
 
 mkdir -p "$OUT"

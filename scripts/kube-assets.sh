@@ -25,9 +25,11 @@ build_etcd() {
   mkdir -p "$w" && cd "$w"
   [ -f go.mod ] || go mod init lvm-agent/etcd-build >/dev/null 2>&1
   log "building etcd $ETCD_VERSION (cold: ~3 min)"
+  local t0=$SECONDS
   go get -tool "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >/dev/null 2>&1
   go build -trimpath -o "$OUT/etcd.tmp" go.etcd.io/etcd/server/v3
   mv "$OUT/etcd.tmp" "$OUT/etcd"
+  log "etcd built in $((SECONDS - t0)) s"
 }
 
 # build_kube NAME: k8s.io/kubernetes/cmd/NAME, from one wrapper module whose
@@ -48,10 +50,12 @@ build_kube() {
   fi
   local pkg=k8s.io/kubernetes/cmd/$name
   log "building $name $KUBE_VERSION$([ "$name" = kube-apiserver ] && echo ' (cold: 3-20 min)')"
+  local t0=$SECONDS
   go get -tool "$pkg@$KUBE_VERSION" >/dev/null 2>&1
   go build -trimpath -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(echo "$KUBE_VERSION" | cut -d. -f2)" \
     -o "$OUT/$name.tmp" "$pkg"
   mv "$OUT/$name.tmp" "$OUT/$name"
+  log "$name built in $((SECONDS - t0)) s"
 }
 
 mkdir -p "$OUT"

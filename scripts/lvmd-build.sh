@@ -31,10 +31,12 @@ func main() { app.Execute() }
 GO
   fi
   log "building topolvm lvmd $TOPOLVM_VERSION (cold: ~3.5 min)"
+  local t0=$SECONDS
   go get "github.com/topolvm/topolvm@$TOPOLVM_VERSION" >/dev/null 2>&1
   go mod tidy >/dev/null 2>&1
   go build -trimpath -ldflags "-s -w" -o "$OUT/lvmd.tmp" .
   mv "$OUT/lvmd.tmp" "$OUT/lvmd"
+  log "lvmd built in $((SECONDS - t0)) s"
 }
 
 build_google() {
@@ -43,9 +45,11 @@ build_google() {
   mkdir -p "$w" && cd "$w"
   [ -f go.mod ] || go mod init lvm-agent/google-lvmd >/dev/null 2>&1
   log "building google/lvmd $GOOGLE_LVMD_VERSION (cold: ~45 s)"
+  local t0=$SECONDS
   go get -tool "github.com/google/lvmd@$GOOGLE_LVMD_VERSION" >/dev/null 2>&1
   go build -trimpath -ldflags "-s -w" -o "$OUT/google-lvmd.tmp" github.com/google/lvmd
   mv "$OUT/google-lvmd.tmp" "$OUT/google-lvmd"
+  log "google-lvmd built in $((SECONDS - t0)) s"
 }
 
 mkdir -p "$OUT"

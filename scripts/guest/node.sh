@@ -30,7 +30,7 @@
 #   node.sh [--bin DIR] [--mode demo|full|bench] [--runs N]
 #       DIR: guest-files.sh's binaries, images/ and deploy/ (/opt/lvm-agent)
 # Exit code 0 only when every step worked.
-set -euo pipefail
+set -Eeuo pipefail # -E: the ERR trap (dump) fires in functions too
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 bin=/opt/lvm-agent mode=full runs=5
