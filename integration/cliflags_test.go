@@ -68,8 +68,13 @@ func TestCLIHelpVersionAndUsageExitCodes(t *testing.T) {
 			assert.Contains(t, errOut, tc.err)
 		})
 	}
+	// The binary is built as `make build` builds it (harness.AgentBinary,
+	// scripts/version.sh): a release name and a commit hash, never the
+	// "(devel)" / "unknown" of a build without the linker flags.
 	_, out, _ := runBin(t, nil, "--version")
-	assert.Regexp(t, `(?m)^lvm-agent \S+\ncommit: \S+.*\ngo: go1\.\d+`, out)
+	assert.Regexp(t, `(?m)\Alvm-agent v\d+\.\d+\.\d+\S*\ncommit: [0-9a-f]{40}( \(modified\))?.*\ngo: go1\.\d+`, out)
+	assert.NotContains(t, out, "unknown")
+	assert.NotContains(t, out, "(devel)")
 }
 
 // The CLI finds its API server as kubectl does: --kubeconfig, $KUBECONFIG,
