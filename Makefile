@@ -5,16 +5,15 @@ export CGO_ENABLED := 0
 CACHE ?= $(or $(LVM_AGENT_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/lvm-agent)
 export LVM_AGENT_CACHE := $(CACHE)
 
-.PHONY: all build test test-unit test-integration test-guest test-node demo demo-cli node bench-node images bench-cluster bench-lvm bench-dm bench-scale bench-provision chaos fuzz vet clean
+.PHONY: all build test test-unit test-integration test-guest test-node demo demo-helm demo-cli node bench-node images bench-cluster bench-lvm bench-dm bench-scale bench-provision chaos fuzz vet clean
 
 all: build
 
 # --version: VERSION (the release tag, or v0.0.0-dev between releases) and
-# the commit; -buildvcs=auto adds vcs.modified and the commit time where the
-# go command can read the checkout.
-VERSION ?= $(shell git describe --tags --match 'v*' --dirty 2>/dev/null || echo v0.0.0-dev)
-COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
-LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+# the commit, from scripts/version.sh (the guest and image builds use it
+# too); -buildvcs=auto adds vcs.modified and the commit time where the go
+# command can read the checkout. make VERSION=v0.3.0 overrides.
+LDFLAGS := $(shell VERSION='$(VERSION)' COMMIT='$(COMMIT)' scripts/version.sh)
 
 build:
 	go build -buildvcs=auto -trimpath -ldflags "$(LDFLAGS)" -o bin/lvm-agent ./cmd/lvm-agent
@@ -46,6 +45,11 @@ test-guest:
 # deleted, each step's command and output shown (scripts/guest/node.sh).
 demo:
 	scripts/vm/node.sh --timeout 1800 -- --mode demo
+
+# The same with `helm install` of charts/lvm-agent instead of kubectl apply -k,
+# then lvm-agent volume status -o json and --version in the agent's container.
+demo-helm:
+	scripts/vm/node.sh --timeout 1800 -- --mode demo --install helm
 
 # The operator CLI against a bare API server: lvm-agent volume create|delete.
 demo-cli:

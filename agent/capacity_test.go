@@ -46,11 +46,17 @@ func TestCapacityWatcherThinPoolMetricsFromLVMD(t *testing.T) {
 	defer cancel()
 	go w.Run(ctx)
 
+	free := func() float64 { return gauges(t, reg, "lvm_agent_device_class_free_bytes")["device_class=thin"] }
+	require.Eventually(t, func() bool { return free() > 0 }, 10*time.Second, 10*time.Millisecond)
+	before := free()
 	_, err := f.lvm.Create("thin", "t1", 256<<20, nil)
 	require.NoError(t, err)
+	require.Eventually(t, func() bool { return free() < before }, 10*time.Second, 10*time.Millisecond, "lvmd's report after the create")
+	assert.Zero(t, gauges(t, reg, "lvm_agent_thin_pool_data_used_ratio")["device_class=thin"], "allocated, not written: lvs data_percent is 0")
+	require.NoError(t, f.lvm.Write("thin", "t1", 256<<20))
 	require.Eventually(t, func() bool {
 		return gauges(t, reg, "lvm_agent_thin_pool_data_used_ratio")["device_class=thin"] == 0.25
-	}, 10*time.Second, 10*time.Millisecond, "a quarter of the 1 GiB pool is allocated")
+	}, 10*time.Second, 10*time.Millisecond, "a quarter of the 1 GiB pool is written")
 	assert.Equal(t, map[string]float64{"device_class=thin": 0.25}, gauges(t, reg, "lvm_agent_thin_pool_data_used_ratio"), "thin classes only")
 	assert.Equal(t, map[string]float64{"device_class=thin": 0.125}, gauges(t, reg, "lvm_agent_thin_pool_metadata_used_ratio"))
 

@@ -68,8 +68,19 @@ func TestCLIHelpVersionAndUsageExitCodes(t *testing.T) {
 			assert.Contains(t, errOut, tc.err)
 		})
 	}
+	// The binary is built as `make build` builds it (harness.AgentBinary,
+	// scripts/version.sh): a release name and a commit hash, never the
+	// "(devel)" / "unknown" of a build without the linker flags.
 	_, out, _ := runBin(t, nil, "--version")
-	assert.Regexp(t, `(?m)^lvm-agent \S+\ncommit: \S+.*\ngo: go1\.\d+`, out)
+	assert.Regexp(t, `(?m)\Alvm-agent v\d+\.\d+\.\d+\S*\ncommit: [0-9a-f]{40}( \(modified\))?.*\ngo: go1\.\d+`, out)
+	assert.NotContains(t, out, "unknown")
+	assert.NotContains(t, out, "(devel)")
+
+	// The agent's start-up line names the same version.
+	version, _, _ := strings.Cut(strings.TrimPrefix(out, "lvm-agent "), "\n")
+	n := startNode(t)
+	require.Eventually(t, func() bool { return strings.Contains(n.agent.Output(), `"Starting lvm-agent"`) }, 30*time.Second, 50*time.Millisecond)
+	assert.Contains(t, n.agent.Output(), `"Starting lvm-agent" version="`+version+`"`)
 }
 
 // The CLI finds its API server as kubectl does: --kubeconfig, $KUBECONFIG,

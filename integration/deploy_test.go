@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -195,6 +196,12 @@ func TestSystemdUnitFlags(t *testing.T) {
 	assert.Contains(t, strings.Fields(keys["After"]), "lvmd.service")
 	assert.Equal(t, "always", strings.TrimSpace(keys["Restart"]))
 	assert.NotEmpty(t, keys["EnvironmentFile"])
+	// A host service's /metrics is for the node itself unless the operator
+	// opens it: loopback by default (issue 17).
+	host, _, err := net.SplitHostPort(env["METRICS_ADDRESS"])
+	require.NoError(t, err, "METRICS_ADDRESS=%q", env["METRICS_ADDRESS"])
+	ip := net.ParseIP(host)
+	assert.True(t, host == "localhost" || ip != nil && ip.IsLoopback(), "METRICS_ADDRESS=%q listens beyond loopback", env["METRICS_ADDRESS"])
 }
 
 // checkAgentFlags runs the agent binary with args and --help: it exits 0

@@ -7,10 +7,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
+	"text/template"
+	"text/template/parse"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -82,13 +85,17 @@ func TestMonitoring(t *testing.T) {
 	stored, err := dyn.Resource(schema.GroupVersionResource{Group: "monitoring.coreos.com", Version: "v1", Resource: "prometheusrules"}).
 		Namespace("lvm-agent").Get(ctx, "lvm-agent", metav1.GetOptions{})
 	require.NoError(t, err)
-	exprs := map[string]string{}
+	exprs, texts := map[string]string{}, map[string][]string{}
 	groups, _, _ := unstructured.NestedSlice(stored.Object, "spec", "groups")
 	for _, g := range groups {
 		rules, _, _ := unstructured.NestedSlice(g.(map[string]any), "rules")
 		for _, r := range rules {
 			r := r.(map[string]any)
 			exprs[fmt.Sprint(r["alert"])] = fmt.Sprint(r["expr"])
+			ann, _, _ := unstructured.NestedStringMap(r, "annotations")
+			for _, k := range []string{"summary", "description"} {
+				texts[fmt.Sprint(r["alert"])] = append(texts[fmt.Sprint(r["alert"])], ann[k])
+			}
 		}
 	}
 	// The alerts docs/operations.md describes.
@@ -113,12 +120,13 @@ func TestMonitoring(t *testing.T) {
 	// Served only where the agent can read device-mapper (the guest suite,
 	// integration/guest/cases_test.go, scrapes them from a real thin pool):
 	// these may be missing here, and are checked like the others when not.
-	dmOnly := map[string]bool{}
+	dmOnly, dmLabels := map[string]bool{}, map[string][]string{}
 	descs := make(chan *prometheus.Desc, 16)
 	(&agent.Devices{}).Describe(descs)
 	close(descs)
 	for d := range descs {
 		dmOnly[descName(d)] = true
+		dmLabels[descName(d)] = descLabels(d)
 	}
 	for alert, expr := range exprs {
 		sels, err := promqlSelectors(expr)
@@ -136,6 +144,73 @@ func TestMonitoring(t *testing.T) {
 			}
 		}
 	}
+
+	// Each {{ }} of an alert's messages that reads $labels prints something
+	// for every kind of series the alert fires with: each "or" branch's
+	// first metric as the agent serves it (and as the device-mapper
+	// collector would), or the "by" labels of the aggregation it starts
+	// with; the PodMonitor adds node, and Prometheus namespace and pod.
+	for alert, expr := range exprs {
+		for _, branch := range strings.Split(expr, " or ") {
+			var sets [][]string
+			if by := regexp.MustCompile(`^\s*\w+ by \(([^)]*)\)`).FindStringSubmatch(branch); by != nil {
+				sets = append(sets, strings.Split(strings.ReplaceAll(by[1], " ", ""), ","))
+			} else {
+				sels, err := promqlSelectors(branch)
+				require.NoError(t, err)
+				first := regexp.MustCompile(`[a-z_:]+`).FindString(branch)
+				require.True(t, slices.ContainsFunc(sels, func(s selector) bool { return s.name == first }), "%s: %s", alert, first)
+				if l, ok := labels[first]; ok {
+					sets = append(sets, append(l, "node", "namespace", "pod"))
+				}
+				if dmOnly[first] {
+					sets = append(sets, append(dmLabels[first], "node", "namespace", "pod"))
+				}
+			}
+			require.NotEmpty(t, sets, "%s: no series for %q", alert, branch)
+			for _, set := range sets {
+				for _, text := range texts[alert] {
+					assertLabelsPrinted(t, alert, text, set)
+				}
+			}
+		}
+	}
+}
+
+// assertLabelsPrinted executes each action of an alert's message that
+// reads $labels, as Prometheus' template does ($labels bound to the
+// series' labels, a missing one empty), with every label of set present,
+// and fails for an action that prints nothing.
+func assertLabelsPrinted(t *testing.T, alert, text string, set []string) {
+	t.Helper()
+	series := map[string]string{}
+	for _, l := range set {
+		series[l] = "L-" + l
+	}
+	const header = `{{ $labels := .Labels }}{{ $value := .Value }}`
+	tmpl, err := template.New(alert).Parse(header + text)
+	require.NoError(t, err, "%s: %s", alert, text)
+	for _, n := range tmpl.Root.Nodes {
+		action, ok := n.(*parse.ActionNode)
+		if !ok || len(action.Pipe.Decl) > 0 || !strings.Contains(action.String(), "$labels") {
+			continue
+		}
+		one := template.Must(template.New("").Option("missingkey=zero").
+			Parse(header + action.String()))
+		var out strings.Builder
+		require.NoError(t, one.Execute(&out, map[string]any{"Labels": series, "Value": 1.0}))
+		assert.NotEmpty(t, out.String(), "%s: %s prints nothing for a series with labels %v", alert, action, set)
+	}
+}
+
+// descLabels is a Desc's variable label names (client_golang has no getter).
+func descLabels(d *prometheus.Desc) []string {
+	_, rest, _ := strings.Cut(d.String(), "variableLabels: {")
+	list, _, _ := strings.Cut(rest, "}")
+	if list == "" {
+		return nil
+	}
+	return strings.Split(list, ",")
 }
 
 // operatorCRDs downloads the prometheus-operator module from the Go module

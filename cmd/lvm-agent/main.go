@@ -192,7 +192,7 @@ func run(o options) error {
 			return err
 		}
 	}
-	klog.InfoS("Starting lvm-agent", "version", version, "node", o.nodeName, "backend", o.backend, "watchMode", mode, "workers", o.workers)
+	klog.InfoS("Starting lvm-agent", "version", versionName(), "node", o.nodeName, "backend", o.backend, "watchMode", mode, "workers", o.workers)
 	return a.Run(ctx, o.grace)
 }
 

@@ -17,11 +17,8 @@ var version, commit string
 // whether the tree had uncommitted changes, the commit's time, and the Go
 // toolchain, all from the build info the Go linker embeds.
 func versionString() string {
-	v, rev, modified, when, goVersion := version, commit, "", "", runtime.Version()
+	rev, modified, when, goVersion := commit, "", "", runtime.Version()
 	if bi, ok := debug.ReadBuildInfo(); ok {
-		if v == "" {
-			v = bi.Main.Version
-		}
 		goVersion = bi.GoVersion
 		for _, s := range bi.Settings {
 			switch s.Key {
@@ -36,11 +33,21 @@ func versionString() string {
 			}
 		}
 	}
-	if v == "" {
-		v = "(devel)"
-	}
 	if rev == "" {
 		rev = "unknown"
 	}
-	return fmt.Sprintf("lvm-agent %s\ncommit: %s%s%s\ngo: %s %s/%s\n", v, rev, modified, when, goVersion, runtime.GOOS, runtime.GOARCH)
+	return fmt.Sprintf("lvm-agent %s\ncommit: %s%s%s\ngo: %s %s/%s\n", versionName(), rev, modified, when, goVersion, runtime.GOOS, runtime.GOARCH)
+}
+
+// versionName is the release --version and the start-up log line show: the
+// linker's main.version, else the module version from the build info, else
+// "(devel)".
+func versionName() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -98,14 +99,23 @@ type Process struct {
 }
 
 // AgentBinary is the lvm-agent binary under test: $LVM_AGENT_BIN, or built
-// once from the module into dir.
+// once from the module into dir, stamped as `make build` stamps it
+// (scripts/version.sh's linker flags).
 func AgentBinary(t TB, dir string) string {
 	t.Helper()
 	if bin := os.Getenv("LVM_AGENT_BIN"); bin != "" {
 		return bin
 	}
+	gomod, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatalf("go env GOMOD: %v", err)
+	}
+	ldflags, err := exec.Command(filepath.Join(filepath.Dir(strings.TrimSpace(string(gomod))), "scripts", "version.sh")).Output()
+	if err != nil {
+		t.Fatalf("scripts/version.sh: %v", err)
+	}
 	bin := filepath.Join(dir, "lvm-agent")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/lvm-agent/lvm-agent/cmd/lvm-agent")
+	cmd := exec.Command("go", "build", "-ldflags", strings.TrimSpace(string(ldflags)), "-o", bin, "github.com/lvm-agent/lvm-agent/cmd/lvm-agent")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build lvm-agent: %v\n%s", err, out)

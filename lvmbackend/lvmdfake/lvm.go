@@ -46,6 +46,9 @@ type LV struct {
 	Pool   string
 	// Attr is lv_attr as lvs prints it, filled in by List.
 	Attr string
+	// Written is how much of a thin LV has been written (its mapped
+	// blocks, which lvs' data_percent of the pool counts), set by Write.
+	Written uint64
 }
 
 // Errors of the model; each dialect's server turns them into its daemon's
@@ -229,6 +232,26 @@ func (m *LVM) Remove(className, name string) error {
 	return nil
 }
 
+// Write records that n bytes of LV name have been written (at most its
+// size): a thin pool's data fill counts written bytes, not provisioned ones.
+func (m *LVM) Write(className, name string, n uint64) error {
+	m.mu.Lock()
+	c, ok := m.classes[className]
+	m.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("%w: %s", errNoClass, className)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	lv, found := c.lvs[name]
+	if !found {
+		return fmt.Errorf("%w: %s/%s", errNotFound, c.VG, name)
+	}
+	lv.Written = min(n, lv.SizeBytes)
+	m.notify()
+	return nil
+}
+
 // List returns the LVs of a class sorted by name.
 func (m *LVM) List(className string) ([]LV, error) {
 	c, _, err := m.begin("list", className, "")
@@ -248,12 +271,12 @@ func (m *LVM) List(className string) ([]LV, error) {
 }
 
 // Usage is a class's size (the VG's, or the thin pool's), its free bytes as
-// lvmd reports them, and the bytes its LVs take.
+// lvmd reports them, the bytes its LVs take and the bytes written to them.
 type Usage struct {
-	Class            string
-	Size, Free, Used uint64
-	Thin             bool
-	MetadataPercent  float64
+	Class                     string
+	Size, Free, Used, Written uint64
+	Thin                      bool
+	MetadataPercent           float64
 }
 
 // Usage reports every class, sorted by name.
@@ -283,7 +306,7 @@ func (m *LVM) usage(name string) (Usage, bool) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return Usage{Class: name, Size: c.SizeBytes, Free: c.free(), Used: c.used(), Thin: c.Thin, MetadataPercent: c.MetadataPercent}, true
+	return Usage{Class: name, Size: c.SizeBytes, Free: c.free(), Used: c.used(), Written: c.written(), Thin: c.Thin, MetadataPercent: c.MetadataPercent}, true
 }
 
 // Subscribe returns a channel that receives after every change, and a cancel func.
@@ -331,6 +354,14 @@ func (c *class) used() uint64 {
 		used += lv.SizeBytes
 	}
 	return used
+}
+
+func (c *class) written() uint64 {
+	var w uint64
+	for _, lv := range c.lvs {
+		w += lv.Written
+	}
+	return w
 }
 
 // free is what lvmd reports: VG free space, or for a thin pool its size

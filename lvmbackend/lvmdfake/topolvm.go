@@ -118,7 +118,7 @@ func (s vgService) Watch(_ *proto.Empty, stream grpc.ServerStreamingServer[proto
 			item := &proto.WatchItem{DeviceClass: u.Class, SizeBytes: u.Size, FreeBytes: u.Free}
 			if u.Thin {
 				item.ThinPool = &proto.ThinPoolItem{SizeBytes: u.Size, OverprovisionBytes: u.Free,
-					DataPercent: 100 * float64(u.Used) / float64(max(u.Size, 1)), MetadataPercent: u.MetadataPercent}
+					DataPercent: 100 * float64(u.Written) / float64(max(u.Size, 1)), MetadataPercent: u.MetadataPercent}
 			}
 			resp.Items = append(resp.Items, item)
 		}

@@ -27,23 +27,29 @@
 #          RUNS times (one warm-up run first, not counted), each run's
 #          breakdown and the medians (see bench() below for the boundaries).
 #
-#   node.sh [--bin DIR] [--mode demo|full|bench] [--runs N]
-#       DIR: guest-files.sh's binaries, images/ and deploy/ (/opt/lvm-agent)
+#   node.sh [--bin DIR] [--mode demo|full|bench] [--runs N] [--install kustomize|helm]
+#       DIR: guest-files.sh's binaries, images/, deploy/ and charts/ (/opt/lvm-agent)
+#       --install helm (`make demo-helm`): `helm install` of charts/lvm-agent
+#       with the guest's images instead of `kubectl apply -k`; the demo then
+#       also runs `lvm-agent volume status -o json` and `--version` in the
+#       agent's container.
 # Exit code 0 only when every step worked.
 set -Eeuo pipefail # -E: the ERR trap (dump) fires in functions too
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-bin=/opt/lvm-agent mode=full runs=5
-usage() { sed -n '2,32s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2; }
+bin=/opt/lvm-agent mode=full runs=5 install=kustomize
+usage() { sed -n '2,36s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
     --bin) bin=$2; shift 2 ;;
     --mode) mode=$2; shift 2 ;;
     --runs) runs=$2; shift 2 ;;
+    --install) install=$2; shift 2 ;;
     *) usage ;;
   esac
 done
 case $mode in demo | full | bench) ;; *) usage ;; esac
+case $install in kustomize | helm) ;; *) usage ;; esac
 export CLUSTER_DIR=${CLUSTER_DIR:-/var/lib/lvm-agent-cluster}
 export KUBECONFIG=$CLUSTER_DIR/pki/admin.conf PATH=$bin:$here:/usr/local/sbin:/usr/local/bin:$PATH
 t0=$SECONDS
@@ -249,10 +255,19 @@ if [ "$mode" = full ]; then
   show kubectl exec hello -- cat /data/hello
 fi
 
-step "Install lvm-agent as a user would: kubectl apply -k" \
-  "deploy/overlays/guest is deploy/base with this guest's image names and imagePullPolicy: Never." \
-  "It makes the lvm-agent DaemonSet (the agent and topolvm's lvmd on each node) and the provisioner Deployment."
-show kubectl apply -k "$bin/deploy/overlays/guest"
+if [ "$install" = helm ]; then
+  step "Install lvm-agent as a user would: helm install" \
+    "charts/lvm-agent with this guest's image names and pullPolicy Never (what deploy/overlays/guest sets)." \
+    "It makes the lvm-agent DaemonSet (the agent and topolvm's lvmd on each node) and the provisioner Deployment."
+  show helm install lvm-agent "$bin/charts/lvm-agent" -n lvm-agent --create-namespace \
+    --set image.repository=localhost/lvm-agent/lvm-agent --set image.tag=guest --set image.pullPolicy=Never \
+    --set lvmd.image.repository=localhost/lvm-agent/lvmd --set lvmd.image.tag=guest --set lvmd.image.pullPolicy=Never
+else
+  step "Install lvm-agent as a user would: kubectl apply -k" \
+    "deploy/overlays/guest is deploy/base with this guest's image names and imagePullPolicy: Never." \
+    "It makes the lvm-agent DaemonSet (the agent and topolvm's lvmd on each node) and the provisioner Deployment."
+  show kubectl apply -k "$bin/deploy/overlays/guest"
+fi
 show kubectl -n lvm-agent rollout status daemonset/lvm-agent --timeout=600s
 show kubectl -n lvm-agent rollout status deployment/lvm-agent-provisioner --timeout=600s
 show kubectl -n lvm-agent get pods -o wide
@@ -273,6 +288,16 @@ show kubectl get pvc,pv
 show kubectl exec writer -- cat /data/file
 show lvm lvs -o lv_name,lv_size,lv_attr,lv_tags vg1
 [ "$(owned data)" = 1 ]
+if [ "$install" = helm ]; then
+  step "The operator's view: lvm-agent volume status -o json, lvm-agent --version" \
+    "Run in the agent's container, which has the node's name, its lvmd socket and the device-class map."
+  show kubectl -n lvm-agent exec ds/lvm-agent -c lvm-agent -- /lvm-agent volume status -o json | tee "$CLUSTER_DIR/status.json"
+  data_pv=$(kubectl get pvc data -o jsonpath='{.spec.volumeName}')
+  grep -q "\"object\": \"pvc/default/data\"" "$CLUSTER_DIR/status.json" && grep -q "$data_pv" "$CLUSTER_DIR/status.json" &&
+    grep -q '"check": "ok"' "$CLUSTER_DIR/status.json"
+  show kubectl -n lvm-agent exec ds/lvm-agent -c lvm-agent -- /lvm-agent --version | tee "$CLUSTER_DIR/version.txt"
+  ! grep -q -e unknown -e '(devel)' "$CLUSTER_DIR/version.txt"
+fi
 
 step "The Pod deleted and created again: the same bytes" \
   "The data lives on the LV, not in the Pod."

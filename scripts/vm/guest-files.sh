@@ -15,6 +15,7 @@
 #                          scripts/kube-assets.sh
 #   containerd, containerd-shim-runc-v2, ctr   scripts/containerd-build.sh
 #   images/                the images it runs (scripts/vm/images.sh)
+#   helm                   Helm's own binary (scripts/helm.sh), for node.sh --install helm
 #
 #   guest-files.sh [NAME...]          build only these of the last four (default: all)
 #   guest-files.sh --stage NAME...    the same, then print a new directory (under
@@ -42,11 +43,12 @@ want=("$@")
 [ ${#want[@]} -gt 0 ] || want=(lvm-agent guest.test lvm-devcluster devmapper.test lvmmeta.test)
 
 # Prebuilt daemons: hard links into OUT (same file system as the cache).
-kube=() containerd=()
+kube=() containerd=() helm=
 for w in "${want[@]}"; do
   case $w in
     kubelet | kubectl | kube-scheduler | kube-controller-manager | kube-proxy) kube+=("$w") ;;
     containerd | containerd-shim-runc-v2 | ctr) containerd+=("$w") ;;
+    helm) helm=1 ;;
   esac
 done
 assets=$("$root/scripts/kube-assets.sh" "${kube[@]}")
@@ -57,6 +59,7 @@ if [ ${#containerd[@]} -gt 0 ]; then
   cdir=$("$root/scripts/containerd-build.sh")
   for w in "${containerd[@]}"; do prebuilt+=("$cdir/$w"); done
 fi
+[ -z "$helm" ] || prebuilt+=("$("$root/scripts/helm.sh")")
 for f in "${prebuilt[@]}"; do
   ln -f "$f" "$OUT/" 2>/dev/null || cp -f "$f" "$OUT/"
 done
@@ -65,7 +68,7 @@ done
 # under a temporary name and renamed, so a concurrent reader never sees half
 # a binary.
 export CGO_ENABLED=0
-flags=(-trimpath -ldflags "-s -w")
+flags=(-trimpath -ldflags "-s -w $("$root/scripts/version.sh")")
 rc=0
 build() { # NAME GO-ARGS... PACKAGE
   local name=$1 pkg=${*: -1}
@@ -90,7 +93,7 @@ for w in "${want[@]}"; do
     devmapper.test) build devmapper.test test -c -tags guest "${flags[@]}" ./lvmbackend/devmapper ;;
     lvmmeta.test) build lvmmeta.test test -c -tags guest "${flags[@]}" ./lvmbackend/lvmmeta ;;
     images) IMAGE_ARCHES=amd64 "$here/images.sh" "$OUT/images" >/dev/null || rc=1 ;; # the guest is amd64
-    etcd | kube-apiserver | lvmd | google-lvmd | kube* | containerd* | ctr) ;; # linked above
+    etcd | kube-apiserver | lvmd | google-lvmd | kube* | containerd* | ctr | helm) ;; # linked above
     *) log "unknown binary $w"; exit 2 ;;
   esac
 done

@@ -27,7 +27,7 @@ mkdir -p "$OUT"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-gobuild() { (cd "$root" && go build -trimpath -ldflags "-s -w" "$@"); }
+gobuild() { (cd "$root" && go build -trimpath -ldflags "-s -w $("$root/scripts/version.sh")" "$@"); }
 gobuild -o "$work/images" ./scripts/images
 gobuild -o "$work/pause" ./scripts/images/pause
 for arch in ${IMAGE_ARCHES:-amd64 arm64}; do GOARCH=$arch gobuild -o "$work/lvm-agent-$arch" ./cmd/lvm-agent; done

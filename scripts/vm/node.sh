@@ -6,6 +6,7 @@
 #   make node        scripts/vm/node.sh                 (the full scenario)
 #   make test-node   the same, as a step of make test
 #   make bench-node  scripts/vm/node.sh -- --mode bench [--runs N]
+#   make demo-helm   scripts/vm/node.sh --timeout 1800 -- --mode demo --install helm
 #
 #   scripts/vm/node.sh [--timeout SECONDS] [-- NODE_SH_ARGS...]
 # Exit code: node.sh's (run.sh: 124 timeout, 125 no exit code). The host's
@@ -22,9 +23,10 @@ load() { cut -d' ' -f1-3 /proc/loadavg; }
 echo "node: host load at the start: $(load)"
 
 files=$("$here/guest-files.sh" --stage etcd kube-apiserver kube-controller-manager kube-scheduler \
-  kubelet kubectl kube-proxy containerd containerd-shim-runc-v2 ctr lvm-devcluster images)
+  kubelet kubectl kube-proxy containerd containerd-shim-runc-v2 ctr lvm-devcluster images helm)
 trap 'rm -rf "$files"' EXIT
 cp -a "$root/deploy" "$files/deploy"
+cp -a "$root/charts" "$files/charts"
 echo "node: built in $((SECONDS - t0)) s; booting the guest (host load: $(load))"
 CACHE=${LVM_AGENT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lvm-agent}
 share=${LVM_AGENT_RUN:-$CACHE/run}/node-results
