@@ -155,6 +155,9 @@ func run(o options) error {
 		devices = agent.OpenDevices(o.dmControl, reg)
 	}
 	node := kube.Node{Name: o.nodeName, Drivers: splitList(o.drivers), Provisioners: splitList(o.provisioners)}
+	if node.Hostname, err = kube.NodeHostname(ctx, client, o.nodeName); err != nil {
+		klog.ErrorS(err, "Cannot read this Node's hostname label; local PVs are matched with the node name", "node", o.nodeName)
+	}
 	inf := kube.NewInformers(client, o.nodeName, mode, kube.WithOwner(node), kube.WithMetrics(clientMetrics))
 	a, err := agent.New(agent.Config{
 		Node:          node,
