@@ -303,11 +303,16 @@ func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, re
 		}
 		fmt.Fprintln(w, "ok")
 	})
+	return serveHTTP(ctx, "--metrics-address", addr, mux)
+}
+
+// serveHTTP serves mux on addr (given by flag) until ctx ends.
+func serveHTTP(ctx context.Context, flag, addr string, mux *http.ServeMux) error {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("--metrics-address: %w", err)
+		return fmt.Errorf("%s: %w", flag, err)
 	}
-	klog.InfoS("Serving metrics and health", "address", l.Addr().String())
+	klog.InfoS("Serving HTTP", "flag", flag, "address", l.Addr().String())
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(l) }()
 	go func() { <-ctx.Done(); _ = srv.Close() }()

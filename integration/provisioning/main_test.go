@@ -31,6 +31,7 @@ var (
 	// scheduler's scoring prefers it); big has 100 GiB.
 	small, big *node
 	prov       *harness.Process
+	provHealth string
 	// mainTB owns what outlives one test, such as a restarted provisioner.
 	mainTB *harness.ProgramTB
 )
@@ -81,8 +82,12 @@ func startNode(t harness.TB, name string, vgBytes uint64, cpu, memory string) *n
 	return n
 }
 
+// startProvisioner starts a provisioner; provHealth is the health address
+// of the last one started.
 func startProvisioner(t harness.TB, extra ...string) *harness.Process {
+	provHealth = harness.FreeAddr(t)
 	args := append([]string{"provisioner", "--kubeconfig", cluster.Kubeconfig, "--namespace", namespace, "--metrics-port", "0",
+		"--health-address", provHealth,
 		"--timeout", "20s", "--leader-election-lease-duration", "4s", "--leader-election-renew-deadline", "3s", "--v", "2"}, extra...)
 	return harness.StartAgent(t, agentBin, args...)
 }

@@ -2,6 +2,7 @@ package provisioning
 
 import (
 	"context"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -512,4 +513,33 @@ func waitCapacity(t testing.TB, hostname, class string) *storagev1.CSIStorageCap
 	})
 	require.NoError(t, err, "no CSIStorageCapacity for node %s and class %s", hostname, class)
 	return found
+}
+
+// The probes' /healthz answers 200 on the leader and on a standby (which the
+// library's metrics server, started only by the leader, would not).
+func TestProvisionerHealthz(t *testing.T) {
+	leader := provHealth
+	startProvisioner(t) // the standby: prov holds the Lease
+	standby := provHealth
+	provHealth = leader
+	for name, addr := range map[string]string{"leader": leader, "standby": standby} {
+		t.Run(name, func(t *testing.T) {
+			var code int
+			err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+				req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/healthz", nil)
+				if err != nil {
+					return false, err
+				}
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					return false, nil // not listening yet
+				}
+				_ = resp.Body.Close()
+				code = resp.StatusCode
+				return true, nil
+			})
+			require.NoError(t, err)
+			assert.Equal(t, http.StatusOK, code)
+		})
+	}
 }
