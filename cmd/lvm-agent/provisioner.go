@@ -94,11 +94,12 @@ func runProvisioner(o provisionerOptions) error {
 		controller.LeaderElection(false), // ours, below: one Lease for the claims and the capacity objects
 		controller.Threadiness(o.workers),
 		controller.AddFinalizer(true),
-		// Save the PV of a created LV until the API server takes it. With
-		// the library's default (5 tries, 10 s apart) it gives up and calls
-		// Delete with a PV that was never saved: our Delete reads that PV
-		// from the API server, finds none, and the LV would leak.
-		controller.CreateProvisionedPVLimiter(workqueue.DefaultTypedControllerRateLimiter[string]()),
+		// Save the PV of a created LV until the API server takes it, at
+		// most a minute apart. With the library's default (5 tries, 10 s
+		// apart) it gives up and calls Delete with a PV that was never
+		// saved: our Delete reads that PV from the API server, finds none,
+		// and the LV would leak once its claim is gone.
+		controller.CreateProvisionedPVLimiter(workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, time.Minute)),
 		controller.MetricsPort(int32(o.metricsPort)))
 	run := func(ctx context.Context) {
 		klog.InfoS("Starting lvm-agent provisioner", "name", o.name, "publishCapacity", o.publishCapacity)
