@@ -608,3 +608,23 @@ func TestProvisionerSavesPVUntilAccepted(t *testing.T) {
 	require.NoError(t, err, "LV %s leaked", lv)
 	pvGone(t, lv)
 }
+
+// A Node whose kubernetes.io/hostname label is not its name: the PV's
+// affinity names the label's value, and the node's agent, which read its
+// label at start, owns the PV and removes the LV when the claim goes.
+func TestProvisionerNodeHostnameDiffers(t *testing.T) {
+	ns := newNamespace(t)
+	renamed := startNodeNamed(t, "renamed", "renamed-host", 10<<30, "2", "4Gi")
+	t.Cleanup(func() {
+		_ = cluster.Client.CoreV1().Nodes().Delete(context.Background(), "renamed", metav1.DeleteOptions{})
+	})
+	storageClass(t, "renamed", storagev1.VolumeBindingWaitForFirstConsumer, corev1.PersistentVolumeReclaimDelete, map[string]string{"volumeGroup": "vg1"})
+	claimAndPod(t, ns, "data", "renamed", "1Gi", corev1.PersistentVolumeFilesystem, map[string]string{corev1.LabelHostname: "renamed-host"})
+	pvc, pv := waitBound(t, ns, "data")
+	assert.Equal(t, "renamed", pvc.Annotations[kube.AnnSelectedNode])
+	assert.Equal(t, []string{"renamed-host"}, pv.Spec.NodeAffinity.Required.NodeSelectorTerms[0].MatchExpressions[0].Values)
+	assert.Equal(t, []string{pv.Name}, lvNames(t, renamed))
+	deleteClaim(t, ns, "data")
+	pvGone(t, pv.Name)
+	assert.Empty(t, lvNames(t, renamed))
+}
