@@ -235,9 +235,10 @@ func TestCreate(t *testing.T) {
 			assert.Equal(t, tc.wantState, ann[kube.AnnLifecycle])
 			assert.Equal(t, tc.wantReason, ann[kube.AnnReason])
 			if tc.wantState == kube.StateCreated {
-				// The fake lvmd's listing reports /dev/<class>/<lv>; topolvm's
-				// CreateLV reports no path, so this also proves the look-up.
-				assert.Equal(t, "/dev/"+class+"/lv1", ann[kube.AnnDevice], "created carries the device path")
+				// lvmd's listing reports the LV's path, /dev/<vg>/<lv> (both
+				// classes are in vg0); topolvm's CreateLV reports no path, so
+				// this also proves the look-up.
+				assert.Equal(t, "/dev/vg0/lv1", ann[kube.AnnDevice], "created carries the device path")
 			} else {
 				assert.NotContains(t, ann, kube.AnnDevice)
 			}

@@ -3,9 +3,11 @@ package integration
 import (
 	"bytes"
 	"context"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -139,6 +141,25 @@ func checkChartProvisioner(t *testing.T, objs []*unstructured.Unstructured) {
 	assert.Equal(t, ptrTo(true), csi.Spec.StorageCapacity)
 	ds := deployTyped[appsv1.DaemonSet](t, deployFind(t, objs, "DaemonSet", "lvm-agent"))
 	assert.Equal(t, name, flagValue(podContainer(t, ds.Spec.Template.Spec, "lvm-agent").Args, "provisioner-name"))
+
+	// Both probes ask /healthz on the port --health-address serves
+	// (integration/provisioning proves it answers, on a standby too).
+	_, port, err := net.SplitHostPort(flagValue(args, "health-address"))
+	require.NoError(t, err, "--health-address")
+	var health *corev1.ContainerPort
+	for i, p := range c.Ports {
+		if p.Name == "health" {
+			health = &c.Ports[i]
+		}
+	}
+	require.NotNil(t, health, "a port named health")
+	assert.Equal(t, port, strconv.Itoa(int(health.ContainerPort)))
+	for what, probe := range map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
+		require.NotNil(t, probe, what)
+		require.NotNil(t, probe.HTTPGet, what)
+		assert.Equal(t, "/healthz", probe.HTTPGet.Path, what)
+		assert.Equal(t, "health", probe.HTTPGet.Port.String(), what)
+	}
 }
 
 // The chart's rules are deploy/base's, which integration/rbac_test.go and

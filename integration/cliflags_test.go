@@ -60,6 +60,8 @@ func TestCLIHelpVersionAndUsageExitCodes(t *testing.T) {
 		{args: []string{"volume", "delete", "-h"}, code: 0, out: "-context"},
 		{args: []string{"volume", "status", "--help"}, code: 0, out: "-output"},
 		{args: []string{"volume", "status", "--no-such-flag"}, code: 2, err: "flag provided but not defined"},
+		// A name no CSIDriver can carry is refused before anything connects.
+		{args: []string{"provisioner", "--name=example.com/lvm", "--namespace=ns", "--kubeconfig=/nonexistent"}, code: 1, err: "not a DNS-1123 subdomain"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			code, out, errOut := runBin(t, nil, tc.args...)

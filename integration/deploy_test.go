@@ -22,6 +22,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -33,6 +34,8 @@ import (
 	"k8s.io/client-go/restmapper"
 
 	"github.com/lvm-agent/lvm-agent/integration/harness"
+	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/provisioner"
 )
 
 // deployDir is the repository's deploy/ ($LVM_AGENT_DEPLOY_DIR to test a copy).
@@ -56,9 +59,56 @@ func TestDeployManifests(t *testing.T) {
 		t.Run(tc.dir, func(t *testing.T) {
 			objs := renderKustomization(t, filepath.Join(deployDir(), tc.dir))
 			checkCommon(t, objs)
+			checkChartProvisioner(t, objs) // the chart's checks hold for deploy/ too
 			tc.check(t, objs)
 			dryRunApply(t, objs)
 		})
+	}
+}
+
+// The examples the README tells users to apply: each object decodes
+// strictly, the classes are ones the provisioner serves and accepts, the
+// claims name an example class, and the real API server takes them all
+// (server-side dry run, strict field validation; namespaced objects in
+// "default", as kubectl apply -f puts them).
+func TestDeployExamples(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(deployDir(), "examples", "*.yaml"))
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	classes := map[string]bool{}
+	var claims []*corev1.PersistentVolumeClaim
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			data, err := os.ReadFile(f)
+			require.NoError(t, err)
+			objs := decodeManifests(t, f, bytes.NewReader(data))
+			require.NotEmpty(t, objs)
+			for _, o := range objs {
+				switch o.GetKind() {
+				case "StorageClass":
+					sc := deployTyped[storagev1.StorageClass](t, o)
+					assert.Equal(t, kube.DefaultProvisioner, sc.Provisioner)
+					assert.Equal(t, ptrTo(storagev1.VolumeBindingWaitForFirstConsumer), sc.VolumeBindingMode)
+					_, err := provisioner.ParseParams(sc.Parameters)
+					assert.NoError(t, err, "StorageClass %s", sc.Name)
+					classes[sc.Name] = true
+				case "PersistentVolumeClaim":
+					claims = append(claims, deployTyped[corev1.PersistentVolumeClaim](t, o))
+					o.SetNamespace(metav1.NamespaceDefault)
+				case "Pod":
+					deployTyped[corev1.Pod](t, o)
+					o.SetNamespace(metav1.NamespaceDefault)
+				default:
+					t.Errorf("%s %s: a kind this test does not know; add it", o.GetKind(), o.GetName())
+				}
+			}
+			dryRunApply(t, objs)
+		})
+	}
+	require.NotEmpty(t, claims)
+	for _, c := range claims {
+		require.NotNil(t, c.Spec.StorageClassName, "claim %s", c.Name)
+		assert.True(t, classes[*c.Spec.StorageClassName], "claim %s names class %s, which no example defines", c.Name, *c.Spec.StorageClassName)
 	}
 }
 

@@ -41,7 +41,7 @@ func TestProvisionerRBAC(t *testing.T) {
 	lvm := lvmdfake.NewLVM(lvmdfake.Class{Name: "vg1", SizeBytes: 1 << 30})
 	_, socket := harness.ServeLVMD(t, lvm)
 	harness.StartAgent(t, agentBin, "--node-name", node.Name, "--kubeconfig", rcp.Kubeconfig, "--lvmd-socket", socket, "--metrics-address", "")
-	proc := harness.StartAgent(t, agentBin, "provisioner", "--kubeconfig", kubeconfig, "--namespace", "lvm-agent", "--metrics-port", "0", "--v", "2")
+	proc := harness.StartAgent(t, agentBin, "provisioner", "--kubeconfig", kubeconfig, "--namespace", "lvm-agent", "--metrics-port", "0", "--health-address", "", "--v", "2")
 
 	wffc, del := storagev1.VolumeBindingWaitForFirstConsumer, corev1.PersistentVolumeReclaimDelete
 	_, err := admin.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "lvm"},

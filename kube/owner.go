@@ -1,17 +1,49 @@
 package kube
 
 import (
+	"context"
+	"fmt"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 )
 
-// Node identifies one agent: its node name, the CSI drivers whose PVs it
-// serves, and the provisioners whose local PVs it serves.
+// Node identifies one agent: its node name, its Node's kubernetes.io/hostname
+// label ("" when unknown), the CSI drivers whose PVs it serves, and the
+// provisioners whose local PVs it serves.
 type Node struct {
 	Name         string
+	Hostname     string
 	Drivers      []string
 	Provisioners []string
+}
+
+// NodeHostname reads the kubernetes.io/hostname label of the Node named
+// name, retrying for a few seconds while the API server is unreachable ("",
+// nil when the Node has no such label). The agent reads it once at start: a
+// local PV's node affinity names that label's value, which may differ from
+// the node name.
+func NodeHostname(ctx context.Context, c kubernetes.Interface, name string) (string, error) {
+	var node *corev1.Node
+	backoff := wait.Backoff{Steps: 5, Duration: 200 * time.Millisecond, Factor: 2}
+	transient := func(err error) bool { return !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) }
+	err := retry.OnError(backoff, transient, func() error {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		var err error
+		node, err = c.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("read Node %s: %w", name, err)
+	}
+	return node.Labels[corev1.LabelHostname], nil
 }
 
 // OwnsPVC: the PVC's selected-node is this node. The volume.node label never
@@ -24,21 +56,38 @@ func (n Node) OwnsPVC(pvc *corev1.PersistentVolumeClaim) bool {
 // expression naming only this node, and the PV is a CSI PV of a served
 // driver or a local PV of a served provisioner. Like OwnsPVC, the label
 // plays no part.
+//
+// A CSI PV's expression has its driver's topology key, whose value is the
+// node name. A local PV's key must be kubernetes.io/hostname, and its value
+// is matched with this Node's hostname label when the agent knows it, else
+// with the node name: where the two differ, the label is what the scheduler
+// and kubelet match, and matching the name as well could make a second
+// agent (one whose node name is this node's hostname) an owner too.
 func (n Node) OwnsPV(pv *corev1.PersistentVolume) bool {
 	switch {
 	case pv.Spec.CSI != nil:
 		if !slices.Contains(n.Drivers, pv.Spec.CSI.Driver) {
 			return false
 		}
+		_, node, ok := affinityNode(pv)
+		return ok && node == n.Name
 	case pv.Spec.Local != nil:
 		if by, ok := pv.Annotations[AnnProvisionedBy]; !ok || !slices.Contains(n.Provisioners, by) {
 			return false
 		}
-	default:
-		return false
+		key, host, ok := affinityNode(pv)
+		return ok && key == corev1.LabelHostname && host == n.hostname()
 	}
-	node, ok := affinityNode(pv)
-	return ok && node == n.Name
+	return false
+}
+
+// hostname is the kubernetes.io/hostname value of this node: its label, or
+// the node name when the label is unknown (kubelet's default value).
+func (n Node) hostname() string {
+	if n.Hostname != "" {
+		return n.Hostname
+	}
+	return n.Name
 }
 
 // Classify says whether a PVC or PV is this node's, and whether it is an
@@ -77,22 +126,22 @@ func (n Node) Misdirected(obj any) bool {
 	return !owned
 }
 
-// affinityNode is the node a PV's required node affinity names, when it is a
-// single term with a single "In" expression of a single value.
-func affinityNode(pv *corev1.PersistentVolume) (string, bool) {
+// affinityNode is the key and the value of a PV's required node affinity,
+// when it is a single term with a single "In" expression of a single value.
+func affinityNode(pv *corev1.PersistentVolume) (key, value string, ok bool) {
 	na := pv.Spec.NodeAffinity
 	if na == nil || na.Required == nil || len(na.Required.NodeSelectorTerms) != 1 {
-		return "", false
+		return "", "", false
 	}
 	term := na.Required.NodeSelectorTerms[0]
 	if len(term.MatchExpressions) != 1 || len(term.MatchFields) != 0 {
-		return "", false
+		return "", "", false
 	}
 	e := term.MatchExpressions[0]
-	if e.Operator != corev1.NodeSelectorOpIn || len(e.Values) != 1 {
-		return "", false
+	if e.Operator != corev1.NodeSelectorOpIn || len(e.Values) != 1 || e.Key == "" {
+		return "", "", false
 	}
-	return e.Values[0], true
+	return e.Key, e.Values[0], true
 }
 
 func (n Node) labelled(labels map[string]string) bool {

@@ -1,11 +1,15 @@
 package kube
 
 import (
+	"context"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 )
 
 func TestOwnsPVC(t *testing.T) {
@@ -44,6 +48,13 @@ func TestOwnsPV(t *testing.T) {
 	assert.False(t, n.OwnsPV(pv(DefaultDriver, term(corev1.NodeSelectorOpNotIn, "node-a"))))
 	assert.False(t, n.OwnsPV(pv(DefaultDriver, term(corev1.NodeSelectorOpIn, "node-a"), term(corev1.NodeSelectorOpIn, "node-a"))), "two terms")
 	assert.False(t, n.OwnsPV(pv(DefaultDriver)), "no affinity")
+	// A CSI PV's key is its driver's topology key, whose value is the node name.
+	renamed := Node{Name: "node-a", Hostname: "host-a", Drivers: []string{DefaultDriver}}
+	assert.True(t, renamed.OwnsPV(pv(DefaultDriver, term(corev1.NodeSelectorOpIn, "node-a"))), "CSI: the node name, whatever the hostname label")
+	assert.False(t, renamed.OwnsPV(pv(DefaultDriver, term(corev1.NodeSelectorOpIn, "host-a"))), "CSI: not the hostname label")
+	noKey := pv(DefaultDriver, term(corev1.NodeSelectorOpIn, "node-a"))
+	noKey.Spec.NodeAffinity.Required.NodeSelectorTerms[0].MatchExpressions[0].Key = ""
+	assert.False(t, n.OwnsPV(noKey), "an expression without a key")
 	labelled := pv("")
 	labelled.Labels = map[string]string{LabelNode: "node-a"}
 	assert.False(t, n.OwnsPV(labelled), "a label without affinity")
@@ -57,30 +68,49 @@ func TestOwnsPV(t *testing.T) {
 
 	// The provisioner helper labels a PV for the node affinityNode names: a
 	// NotIn must never label (and so hand the PV to) the node it excludes.
-	node, ok := affinityNode(pv(DefaultDriver, term(corev1.NodeSelectorOpIn, "node-a")))
+	key, node, ok := affinityNode(pv(DefaultDriver, term(corev1.NodeSelectorOpIn, "node-a")))
 	assert.True(t, ok)
 	assert.Equal(t, "node-a", node)
-	_, ok = affinityNode(pv(DefaultDriver, term(corev1.NodeSelectorOpNotIn, "node-a")))
+	assert.Equal(t, corev1.LabelHostname, key)
+	_, _, ok = affinityNode(pv(DefaultDriver, term(corev1.NodeSelectorOpNotIn, "node-a")))
 	assert.False(t, ok, "NotIn")
 }
 
 func TestOwnsLocalPV(t *testing.T) {
 	n := Node{Name: "node-a", Drivers: []string{DefaultDriver}, Provisioners: []string{DefaultProvisioner}}
-	local := func(by, node string) *corev1.PersistentVolume {
+	// Its Node's kubernetes.io/hostname label is not its name.
+	renamed := n
+	renamed.Hostname = "host-a"
+	local := func(by, key, value string) *corev1.PersistentVolume {
 		p := &corev1.PersistentVolume{}
 		p.Spec.Local = &corev1.LocalVolumeSource{Path: "/dev/vg0/pvc-1"}
 		if by != "" {
 			p.Annotations = map[string]string{AnnProvisionedBy: by}
 		}
 		p.Spec.NodeAffinity = &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
-			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}}}}}}
+			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: key, Operator: corev1.NodeSelectorOpIn, Values: []string{value}}}}}}}
 		return p
 	}
-	assert.True(t, n.OwnsPV(local(DefaultProvisioner, "node-a")))
-	assert.False(t, n.OwnsPV(local(DefaultProvisioner, "node-b")), "another node")
-	assert.False(t, n.OwnsPV(local("kubernetes.io/no-provisioner", "node-a")), "a local PV of another provisioner")
-	assert.False(t, n.OwnsPV(local("", "node-a")), "a static local PV")
-	assert.False(t, Node{Name: "node-a"}.OwnsPV(local(DefaultProvisioner, "node-a")), "provisioner not served")
+	const host = corev1.LabelHostname
+	for _, c := range []struct {
+		name string
+		node Node
+		pv   *corev1.PersistentVolume
+		want bool
+	}{
+		{"ours", n, local(DefaultProvisioner, host, "node-a"), true},
+		{"another node", n, local(DefaultProvisioner, host, "node-b"), false},
+		{"a local PV of another provisioner", n, local("kubernetes.io/no-provisioner", host, "node-a"), false},
+		{"a static local PV", n, local("", host, "node-a"), false},
+		{"provisioner not served", Node{Name: "node-a"}, local(DefaultProvisioner, host, "node-a"), false},
+		{"another key naming this node", n, local(DefaultProvisioner, "example.com/rack", "node-a"), false},
+		{"hostname label differs from the name: its value", renamed, local(DefaultProvisioner, host, "host-a"), true},
+		// The name is another Node's hostname then; matching it too would make two owners.
+		{"hostname label differs from the name: the name", renamed, local(DefaultProvisioner, host, "node-a"), false},
+		{"hostname label differs, another key with its value", renamed, local(DefaultProvisioner, "example.com/rack", "host-a"), false},
+	} {
+		assert.Equal(t, c.want, c.node.OwnsPV(c.pv), c.name)
+	}
 }
 
 func TestMisdirected(t *testing.T) {
@@ -113,4 +143,18 @@ func TestMisdirected(t *testing.T) {
 	pv.Spec.HostPath = &corev1.HostPathVolumeSource{Path: "/data"}
 	assert.True(t, n.Misdirected(pv), "a labelled hostPath PV")
 	assert.False(t, n.Misdirected(&corev1.Pod{}))
+}
+
+func TestNodeHostname(t *testing.T) {
+	c := fake.NewClientset(
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a", Labels: map[string]string{corev1.LabelHostname: "host-a"}}},
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-b"}})
+	got, err := NodeHostname(context.Background(), c, "node-a")
+	require.NoError(t, err)
+	assert.Equal(t, "host-a", got)
+	got, err = NodeHostname(context.Background(), c, "node-b")
+	require.NoError(t, err)
+	assert.Empty(t, got, "no label")
+	_, err = NodeHostname(context.Background(), c, "node-c")
+	assert.True(t, apierrors.IsNotFound(err), "a missing Node is not retried: %v", err)
 }

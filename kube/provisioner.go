@@ -118,9 +118,14 @@ func DeleteVolumeWithAnnotations(ctx context.Context, c kubernetes.Interface, pv
 	if err != nil {
 		return err
 	}
+	// A PV labelled at creation keeps its label: a local PV's affinity names
+	// the Node's hostname label, which may differ from the node name the
+	// label holds. Only an unlabelled PV is labelled from its affinity.
 	var labels Change
-	if node, ok := affinityNode(pv); ok {
-		labels = Set(map[string]string{LabelNode: NodeLabelValue(node)})
+	if _, labelled := pv.Labels[LabelNode]; !labelled {
+		if _, node, ok := affinityNode(pv); ok {
+			labels = Set(map[string]string{LabelNode: NodeLabelValue(node)})
+		}
 	}
 	pv, err = UpdatePvWithAnnotations(ctx, c, pvName, "", request(StateDeleting, vg+"/"+lv), labels)
 	if err != nil {

@@ -92,3 +92,35 @@ func TestDeleteVolumeClearsReason(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, <-done)
 }
+
+// The deleting request labels a PV for its agent's watch: a PV labelled at
+// creation keeps the node name it holds (a local PV's affinity names the
+// hostname label, which may differ), an unlabelled one gets its affinity's.
+func TestDeleteVolumeLabel(t *testing.T) {
+	for _, tc := range []struct {
+		name, label, affinity, want string
+	}{
+		{name: "labelled", label: "node-a", affinity: "host-a", want: "node-a"},
+		{name: "unlabelled", affinity: "node-b", want: "node-b"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv", ResourceVersion: "1"}}
+			if tc.label != "" {
+				pv.Labels = map[string]string{LabelNode: tc.label}
+			}
+			pv.Spec.NodeAffinity = &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{tc.affinity}}}}}}}
+			c, watching := watchedClient(pv)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- DeleteVolumeWithAnnotations(ctx, c, "pv", "vg0", "pvc-1", nil) }()
+			<-watching
+			got, err := c.CoreV1().PersistentVolumes().Get(ctx, "pv", metav1.GetOptions{})
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, got.Labels[LabelNode])
+			cancel()
+			require.Error(t, <-done)
+		})
+	}
+}

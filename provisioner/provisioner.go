@@ -12,12 +12,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
@@ -27,6 +29,19 @@ import (
 
 // HostnameLabel is the Node label a local PV's node affinity matches.
 const HostnameLabel = "kubernetes.io/hostname"
+
+// CheckName refuses a provisioner name that no CSIDriver object can carry
+// (a CSIDriver's name is a DNS-1123 subdomain, without the '/' a
+// provisioner name may have): the scheduler reads the CSIStorageCapacity
+// objects only for a provisioner with such a CSIDriver, and would ignore the
+// capacity silently.
+func CheckName(name string) error {
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return fmt.Errorf("provisioner name %q is not a DNS-1123 subdomain, so no CSIDriver object can enable capacity-aware scheduling for it: %s",
+			name, strings.Join(errs, "; "))
+	}
+	return nil
+}
 
 // Config of a Provisioner.
 type Config struct {

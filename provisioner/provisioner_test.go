@@ -3,6 +3,7 @@ package provisioner
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -221,5 +222,23 @@ func TestDeleteAsksAgent(t *testing.T) {
 				require.ErrorContains(t, err, c.err)
 			}
 		})
+	}
+}
+
+func TestCheckName(t *testing.T) {
+	for name, ok := range map[string]bool{
+		kube.DefaultProvisioner:  true,
+		"lvm":                    true,
+		"example.com/lvm":        false, // a valid StorageClass provisioner, not a CSIDriver name
+		"LVM.example.com":        false,
+		"":                       false,
+		strings.Repeat("a", 254): false,
+	} {
+		err := CheckName(name)
+		if ok {
+			assert.NoError(t, err, name)
+		} else {
+			assert.Error(t, err, name)
+		}
 	}
 }

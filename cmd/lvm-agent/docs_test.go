@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -280,5 +281,37 @@ func TestDocsDriftIsCaught(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.Len(t, checkRows("doc.md", cmds, table(tc.rows)), tc.problems)
 		})
+	}
+}
+
+// repoPath is a repository file named in prose: a top-level directory of
+// the repository, then a path, then a file extension.
+var repoPath = regexp.MustCompile(`(?:^|[^A-Za-z0-9_./-])((?:deploy|charts|scripts|integration|docs|cmd|agent|kube|provisioner|lvmbackend)/[A-Za-z0-9_./+-]*[A-Za-z0-9_]\.(?:yaml|yml|md|sh|go|json|tpl|service|env))\b`)
+
+// The README, docs/ and the deploy/ manifests name files that exist, and
+// the README names every benchmark target of the Makefile.
+func TestDocsNameRealFiles(t *testing.T) {
+	files := []string{"../../README.md", "../../CHANGELOG.md"}
+	for _, glob := range []string{"../../docs/*.md", "../../deploy/*/*.yaml"} {
+		m, err := filepath.Glob(glob)
+		require.NoError(t, err)
+		files = append(files, m...)
+	}
+	for _, f := range files {
+		text, err := os.ReadFile(f)
+		require.NoError(t, err)
+		for _, m := range repoPath.FindAllStringSubmatch(string(text), -1) {
+			_, err := os.Stat(filepath.Join("../..", m[1]))
+			assert.NoError(t, err, "%s names %s", f, m[1])
+		}
+	}
+	makefile, err := os.ReadFile("../../Makefile")
+	require.NoError(t, err)
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	targets := regexp.MustCompile(`(?m)^(bench-[a-z-]+):`).FindAllStringSubmatch(string(makefile), -1)
+	require.NotEmpty(t, targets)
+	for _, m := range targets {
+		assert.True(t, strings.Contains(string(readme), "make "+m[1]), "the README's list of benchmarks lacks make %s", m[1])
 	}
 }

@@ -155,6 +155,9 @@ func run(o options) error {
 		devices = agent.OpenDevices(o.dmControl, reg)
 	}
 	node := kube.Node{Name: o.nodeName, Drivers: splitList(o.drivers), Provisioners: splitList(o.provisioners)}
+	if node.Hostname, err = kube.NodeHostname(ctx, client, o.nodeName); err != nil {
+		klog.ErrorS(err, "Cannot read this Node's hostname label; local PVs are matched with the node name", "node", o.nodeName)
+	}
 	inf := kube.NewInformers(client, o.nodeName, mode, kube.WithOwner(node), kube.WithMetrics(clientMetrics))
 	a, err := agent.New(agent.Config{
 		Node:          node,
@@ -300,11 +303,16 @@ func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, re
 		}
 		fmt.Fprintln(w, "ok")
 	})
+	return serveHTTP(ctx, "--metrics-address", addr, mux)
+}
+
+// serveHTTP serves mux on addr (given by flag) until ctx ends.
+func serveHTTP(ctx context.Context, flag, addr string, mux *http.ServeMux) error {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("--metrics-address: %w", err)
+		return fmt.Errorf("%s: %w", flag, err)
 	}
-	klog.InfoS("Serving metrics and health", "address", l.Addr().String())
+	klog.InfoS("Serving HTTP", "flag", flag, "address", l.Addr().String())
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(l) }()
 	go func() { <-ctx.Done(); _ = srv.Close() }()

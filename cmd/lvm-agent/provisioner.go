@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 
@@ -27,6 +29,7 @@ type provisionerOptions struct {
 	leaseDuration, renewDeadline time.Duration
 	capacityAnnotation           string
 	publishCapacity              bool
+	healthAddress                string
 }
 
 func provisionerMain(args []string) int {
@@ -46,7 +49,8 @@ func provisionerMain(args []string) int {
 	fs.BoolVar(&o.leaderElection, "leader-election", true, "run only while holding the Lease, so that replicas never both act")
 	fs.DurationVar(&o.leaseDuration, "leader-election-lease-duration", controller.DefaultLeaseDuration, "how long a standby waits before taking over a Lease that is not renewed")
 	fs.DurationVar(&o.renewDeadline, "leader-election-renew-deadline", controller.DefaultRenewDeadline, "how long the leader tries to renew before it gives up (and exits)")
-	fs.IntVar(&o.metricsPort, "metrics-port", 8080, "serve the provisioner library's metrics on this port at /metrics (0: off)")
+	fs.IntVar(&o.metricsPort, "metrics-port", 8080, "serve the provisioner library's metrics on this port at /metrics, while leading (0: off)")
+	fs.StringVar(&o.healthAddress, "health-address", ":8081", "serve /healthz, for the liveness and readiness probes, on this address from start, also while standing by (empty: off)")
 	fs.BoolVar(&o.publishCapacity, "publish-capacity", true, "keep one CSIStorageCapacity per node and StorageClass from the Node capacity annotation (the CSIDriver object must say storageCapacity: true for the scheduler to use them; with false, also set it false)")
 	fs.StringVar(&o.capacityAnnotation, "node-capacity-annotation", kube.DefaultCapacityAnnotation, "Node annotation the agents publish their capacity in")
 	var logs logFlags
@@ -70,16 +74,32 @@ func runProvisioner(o provisionerOptions) error {
 	if o.namespace == "" {
 		return fmt.Errorf("--namespace is required (or set POD_NAMESPACE)")
 	}
+	if err := provisioner.CheckName(o.name); err != nil {
+		return fmt.Errorf("--name: %w", err)
+	}
 	client, err := newClient(o.kubeconfig, o.qps, o.burst)
 	if err != nil {
 		return err
 	}
 	ctx := signalContext()
+	// The leader's health is its Lease being renewed; a standby is healthy.
+	health := leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
+	if o.healthAddress != "" {
+		if err := serveHealth(ctx, o.healthAddress, health); err != nil {
+			return err
+		}
+	}
 	p := provisioner.New(client, provisioner.Config{Name: o.name, Timeout: o.timeout})
 	pc := controller.NewProvisionController(ctx, client, o.name, p,
 		controller.LeaderElection(false), // ours, below: one Lease for the claims and the capacity objects
 		controller.Threadiness(o.workers),
 		controller.AddFinalizer(true),
+		// Save the PV of a created LV until the API server takes it, at
+		// most a minute apart. With the library's default (5 tries, 10 s
+		// apart) it gives up and calls Delete with a PV that was never
+		// saved: our Delete reads that PV from the API server, finds none,
+		// and the LV would leak once its claim is gone.
+		controller.CreateProvisionedPVLimiter(workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, time.Minute)),
 		controller.MetricsPort(int32(o.metricsPort)))
 	run := func(ctx context.Context) {
 		klog.InfoS("Starting lvm-agent provisioner", "name", o.name, "publishCapacity", o.publishCapacity)
@@ -92,13 +112,30 @@ func runProvisioner(o provisionerOptions) error {
 		run(ctx)
 		return nil
 	}
-	return leaderElect(ctx, client, o, run)
+	return leaderElect(ctx, client, o, health, run)
+}
+
+// serveHealth serves /healthz on addr until ctx ends: 200 while the Lease,
+// if this process leads, is renewed. It is not on the library's metrics
+// port, which the library serves only once this replica leads: a standby's
+// probes would fail there.
+func serveHealth(ctx context.Context, addr string, health *leaderelection.HealthzAdaptor) error {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		if err := health.Check(r); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return serveHTTP(ctx, "--health-address", addr, mux)
 }
 
 // leaderElect runs run while this process holds the Lease named for the
 // provisioner. Losing the Lease ends the process: a former leader must not
 // keep writing beside the new one.
-func leaderElect(ctx context.Context, client kubernetes.Interface, o provisionerOptions, run func(context.Context)) error {
+func leaderElect(ctx context.Context, client kubernetes.Interface, o provisionerOptions, health *leaderelection.HealthzAdaptor,
+	run func(context.Context)) error {
 	host, _ := os.Hostname()
 	id := host + "_" + string(uuid.NewUUID())
 	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, o.namespace, o.name,
@@ -108,7 +145,7 @@ func leaderElect(ctx context.Context, client kubernetes.Interface, o provisioner
 	}
 	lost := make(chan struct{})
 	leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
-		Lock: lock, ReleaseOnCancel: true,
+		Lock: lock, ReleaseOnCancel: true, WatchDog: health,
 		LeaseDuration: o.leaseDuration, RenewDeadline: o.renewDeadline, RetryPeriod: controller.DefaultRetryPeriod,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: run,

@@ -31,6 +31,7 @@ var (
 	// scheduler's scoring prefers it); big has 100 GiB.
 	small, big *node
 	prov       *harness.Process
+	provHealth string
 	// mainTB owns what outlives one test, such as a restarted provisioner.
 	mainTB *harness.ProgramTB
 )
@@ -73,7 +74,19 @@ func createCSIDriver(t harness.TB) {
 }
 
 func startNode(t harness.TB, name string, vgBytes uint64, cpu, memory string) *node {
-	harness.ReadyNode(t, cluster.ControlPlane, name, cpu, memory)
+	return startNodeNamed(t, name, name, vgBytes, cpu, memory)
+}
+
+// startNodeNamed is startNode for a Node whose kubernetes.io/hostname label
+// is hostname (kubelet's --hostname-override makes such Nodes).
+func startNodeNamed(t harness.TB, name, hostname string, vgBytes uint64, cpu, memory string) *node {
+	n0 := harness.ReadyNode(t, cluster.ControlPlane, name, cpu, memory)
+	if hostname != name {
+		n0.Labels[corev1.LabelHostname] = hostname
+		if _, err := cluster.Client.CoreV1().Nodes().Update(context.Background(), n0, metav1.UpdateOptions{}); err != nil {
+			t.Fatalf("node %s: %v", name, err)
+		}
+	}
 	n := &node{name: name, lvm: lvmdfake.NewLVM(lvmdfake.Class{Name: "vg1", SizeBytes: vgBytes})}
 	_, socket := harness.ServeLVMD(t, n.lvm)
 	harness.StartAgent(t, agentBin, "--node-name", name, "--kubeconfig", cluster.Kubeconfig, "--lvmd-socket", socket,
@@ -81,8 +94,12 @@ func startNode(t harness.TB, name string, vgBytes uint64, cpu, memory string) *n
 	return n
 }
 
+// startProvisioner starts a provisioner; provHealth is the health address
+// of the last one started.
 func startProvisioner(t harness.TB, extra ...string) *harness.Process {
+	provHealth = harness.FreeAddr(t)
 	args := append([]string{"provisioner", "--kubeconfig", cluster.Kubeconfig, "--namespace", namespace, "--metrics-port", "0",
+		"--health-address", provHealth,
 		"--timeout", "20s", "--leader-election-lease-duration", "4s", "--leader-election-renew-deadline", "3s", "--v", "2"}, extra...)
 	return harness.StartAgent(t, agentBin, args...)
 }

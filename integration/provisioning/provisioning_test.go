@@ -2,6 +2,7 @@ package provisioning
 
 import (
 	"context"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -512,4 +514,117 @@ func waitCapacity(t testing.TB, hostname, class string) *storagev1.CSIStorageCap
 	})
 	require.NoError(t, err, "no CSIStorageCapacity for node %s and class %s", hostname, class)
 	return found
+}
+
+// The probes' /healthz answers 200 on the leader and on a standby (which the
+// library's metrics server, started only by the leader, would not).
+func TestProvisionerHealthz(t *testing.T) {
+	leader := provHealth
+	startProvisioner(t) // the standby: prov holds the Lease
+	standby := provHealth
+	provHealth = leader
+	for name, addr := range map[string]string{"leader": leader, "standby": standby} {
+		t.Run(name, func(t *testing.T) {
+			var code int
+			err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+				req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/healthz", nil)
+				if err != nil {
+					return false, err
+				}
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					return false, nil // not listening yet
+				}
+				_ = resp.Body.Close()
+				code = resp.StatusCode
+				return true, nil
+			})
+			require.NoError(t, err)
+			assert.Equal(t, http.StatusOK, code)
+		})
+	}
+}
+
+// The API server refuses the PV of a created LV for longer than the
+// library's default store tries (5 times, 10 s apart), and the claim is
+// deleted meanwhile. The provisioner keeps saving the PV; once it is saved,
+// it is released and reclaimed: no LV is left. (With the default the
+// library gave up, called Delete with the unsaved PV, our Delete found no
+// PV, and the LV leaked.)
+func TestProvisionerSavesPVUntilAccepted(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := context.Background()
+	storageClass(t, "unsaved", storagev1.VolumeBindingWaitForFirstConsumer, corev1.PersistentVolumeReclaimDelete, map[string]string{"volumeGroup": "vg1"})
+	admission := cluster.Client.AdmissionregistrationV1()
+	fail := admissionv1.Fail
+	_, err := admission.ValidatingAdmissionPolicies().Create(ctx, &admissionv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: ns},
+		Spec: admissionv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: &fail,
+			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionv1.RuleWithOperations{Operations: []admissionv1.OperationType{admissionv1.Create},
+					Rule: admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"persistentvolumes"}}}}}},
+			Validations: []admissionv1.Validation{{Expression: "!has(object.spec.claimRef) || object.spec.claimRef.namespace != '" + ns + "'"}},
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = admission.ValidatingAdmissionPolicies().Delete(ctx, ns, metav1.DeleteOptions{}) })
+	_, err = admission.ValidatingAdmissionPolicyBindings().Create(ctx, &admissionv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: ns},
+		Spec:       admissionv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: ns, ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	unbind := func() { _ = admission.ValidatingAdmissionPolicyBindings().Delete(ctx, ns, metav1.DeleteOptions{}) }
+	t.Cleanup(unbind)
+	// The policy is in force once a dry run of such a PV is refused.
+	probe := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: ns + "-probe"}, Spec: corev1.PersistentVolumeSpec{
+		Capacity:               corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+		AccessModes:            []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+		PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/probe"}},
+		ClaimRef:               &corev1.ObjectReference{Namespace: ns, Name: "x"}}}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		_, err := cluster.Client.CoreV1().PersistentVolumes().Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return apierrors.IsInvalid(err) || apierrors.IsForbidden(err), nil
+	})
+	require.NoError(t, err, "the policy never refused a PV")
+
+	claimAndPod(t, ns, "unsaved", "unsaved", "2Gi", corev1.PersistentVolumeFilesystem, nil)
+	var pvc *corev1.PersistentVolumeClaim
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		pvc, err = cluster.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "unsaved", metav1.GetOptions{})
+		return err == nil && pvc.Annotations[kube.AnnLifecycle] == kube.StateCreated, nil
+	})
+	require.NoError(t, err, "the agent never created the LV")
+	lv := "pvc-" + string(pvc.UID)
+	require.Contains(t, lvNames(t, big), lv)
+	deleteClaim(t, ns, "unsaved")
+	// Longer than the library's default store tries before it gives up.
+	time.Sleep(50 * time.Second)
+	require.Contains(t, lvNames(t, big), lv, "the LV is kept while its PV is unsaved")
+	unbind()
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
+		return !slices.Contains(lvNames(t, big), lv), nil
+	})
+	require.NoError(t, err, "LV %s leaked", lv)
+	pvGone(t, lv)
+}
+
+// A Node whose kubernetes.io/hostname label is not its name: the PV's
+// affinity names the label's value, and the node's agent, which read its
+// label at start, owns the PV and removes the LV when the claim goes.
+func TestProvisionerNodeHostnameDiffers(t *testing.T) {
+	ns := newNamespace(t)
+	renamed := startNodeNamed(t, "renamed", "renamed-host", 10<<30, "2", "4Gi")
+	t.Cleanup(func() {
+		_ = cluster.Client.CoreV1().Nodes().Delete(context.Background(), "renamed", metav1.DeleteOptions{})
+	})
+	storageClass(t, "renamed", storagev1.VolumeBindingWaitForFirstConsumer, corev1.PersistentVolumeReclaimDelete, map[string]string{"volumeGroup": "vg1"})
+	claimAndPod(t, ns, "data", "renamed", "1Gi", corev1.PersistentVolumeFilesystem, map[string]string{corev1.LabelHostname: "renamed-host"})
+	pvc, pv := waitBound(t, ns, "data")
+	assert.Equal(t, "renamed", pvc.Annotations[kube.AnnSelectedNode])
+	assert.Equal(t, []string{"renamed-host"}, pv.Spec.NodeAffinity.Required.NodeSelectorTerms[0].MatchExpressions[0].Values)
+	assert.Equal(t, []string{pv.Name}, lvNames(t, renamed))
+	deleteClaim(t, ns, "data")
+	pvGone(t, pv.Name)
+	assert.Empty(t, lvNames(t, renamed))
 }

@@ -296,6 +296,16 @@ func (m *LVM) Usage() []Usage {
 	return out
 }
 
+// vg is the volume group of a class ("" for an unknown class).
+func (m *LVM) vg(class string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c, ok := m.classes[class]; ok {
+		return c.VG
+	}
+	return ""
+}
+
 // usage reports one class.
 func (m *LVM) usage(name string) (Usage, bool) {
 	m.mu.Lock()

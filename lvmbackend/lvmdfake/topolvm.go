@@ -94,9 +94,11 @@ func (s vgService) GetLVList(_ context.Context, req *proto.GetLVListRequest) (*p
 		return nil, topolvmStatus(err)
 	}
 	resp := &proto.GetLVListResponse{}
+	// lvmd reports lv_path, which LVM makes of the VG, not the device class.
+	vg := s.m.vg(req.GetDeviceClass())
 	for _, lv := range lvs {
 		resp.Volumes = append(resp.Volumes, &proto.LogicalVolume{Name: lv.Name, SizeBytes: int64(lv.SizeBytes),
-			Tags: lv.Tags, DevMajor: lv.Major, DevMinor: lv.Minor, Attr: lv.Attr, Path: "/dev/" + lv.Class + "/" + lv.Name})
+			Tags: lv.Tags, DevMajor: lv.Major, DevMinor: lv.Minor, Attr: lv.Attr, Path: "/dev/" + vg + "/" + lv.Name})
 	}
 	return resp, nil
 }
