@@ -1,8 +1,13 @@
 package agent
 
 import (
+	"context"
+	"fmt"
+
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/pager"
 
 	"github.com/lvm-agent/lvm-agent/kube"
 	"github.com/lvm-agent/lvm-agent/lvmbackend"
@@ -109,4 +114,38 @@ func (r *References) Classify(lv *lvmbackend.Volume) LVRef {
 		}
 	}
 	return LVRef{Use: LVOrphan, OwnerUID: uid}
+}
+
+// Claim names the PVC of UID uid ("" if none was added).
+func (r *References) Claim(uid string) string {
+	if by, ok := r.claims[uid]; ok {
+		return by.String()
+	}
+	return ""
+}
+
+// liveRefs lists every PVC (and with pvs, every PV) from the API server,
+// paged. An unset resourceVersion makes the list a consistent read: the API
+// server answers with etcd's latest revision (from its watch cache once that
+// has caught up), never with a state older than the LVs just listed.
+func (a *Agent) liveRefs(ctx context.Context, pvs bool) (*References, error) {
+	r := &References{}
+	lctx, cancel := context.WithTimeout(ctx, a.cfg.OpTimeout)
+	defer cancel()
+	each := func(what string, list pager.ListPageFunc) error {
+		err := pager.New(list).EachListItem(lctx, metav1.ListOptions{}, func(obj runtime.Object) error { r.Add(obj); return nil })
+		if err != nil {
+			return fmt.Errorf("list %s: %w", what, err)
+		}
+		return nil
+	}
+	core := a.client.CoreV1()
+	if err := each("PVCs", func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		return core.PersistentVolumeClaims("").List(ctx, o)
+	}); err != nil || !pvs {
+		return r, err
+	}
+	return r, each("PVs", func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		return core.PersistentVolumes().List(ctx, o)
+	})
 }
