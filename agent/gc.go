@@ -301,7 +301,7 @@ var errBusy = errors.New("an operation on this LV is in flight")
 
 // remove takes the LV's operation lock (so that it never races the agent's
 // own create or delete of it) and removes it only if it is still the LV
-// that was marked: same owner, still not protected.
+// that was marked: same owner, still not protected, still plain.
 func (g *OrphanGC) remove(ctx context.Context, c candidate) error {
 	if !g.a.acquire(c.target) {
 		return errBusy
@@ -318,6 +318,11 @@ func (g *OrphanGC) remove(ctx context.Context, c candidate) error {
 	}
 	if ref := unreferenced(lv); ref.Use != LVOrphan || ref.OwnerUID != c.uid {
 		return fmt.Errorf("LV %s changed since it was found orphaned (owner %q); left in place", c.target, ref.OwnerUID)
+	}
+	// Classify keeps an LV whose lv_attr says it is not plain; with a
+	// dialect that reports none, the delete path's listing for dependents.
+	if out, ok := g.a.plain(ctx, lv, c.target); !ok {
+		return fmt.Errorf("orphan LV left in place: %w", out.err)
 	}
 	if err := g.a.backend.RemoveVolume(ctx, c.deviceClass, c.name); err != nil && !errors.Is(err, lvmbackend.ErrNotFound) {
 		return err

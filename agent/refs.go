@@ -31,7 +31,8 @@ const (
 	// LVNamed: a PVC's or PV's spec, or a PV's CSI volume handle, names
 	// the LV (by name, in any device class).
 	LVNamed
-	// LVKept: nothing refers to it, but it is tagged protected or retained.
+	// LVKept: nothing refers to it, but it is tagged protected or retained,
+	// or is not a plain volume (an origin, a pool, a snapshot, ...).
 	LVKept
 	// LVOrphan: ours, and nothing keeps it.
 	LVOrphan
@@ -44,7 +45,8 @@ type LVRef struct {
 	OwnerUID string
 	// By is what keeps it: "PVC ns/name", "PV name", "the spec of PVC
 	// ns/name", "the spec of PV name", "the CSI volume handle of PV name",
-	// or the tag of an LVKept; "" for LVForeign and LVOrphan.
+	// or for an LVKept "tagged <tag>" or "not a plain volume (lv_attr
+	// <attr>)"; "" for LVForeign and LVOrphan.
 	By string
 }
 
@@ -110,8 +112,15 @@ func (r *References) Classify(lv *lvmbackend.Volume) LVRef {
 	}
 	for _, tag := range []string{ProtectedTag, kube.RetainedTag} {
 		if lv.HasTag(tag) {
-			return LVRef{Use: LVKept, OwnerUID: uid, By: tag}
+			return LVRef{Use: LVKept, OwnerUID: uid, By: "tagged " + tag}
 		}
+	}
+	// lvmd removes with lvremove -f, which takes an origin's snapshots and a
+	// pool's thin LVs along: as a delete (NotPlainVolume), the collector
+	// never removes such an LV. (A dialect without lv_attr is checked by the
+	// collector's listing before it removes; see OrphanGC.remove.)
+	if plain, known := lv.Plain(); known && !plain {
+		return LVRef{Use: LVKept, OwnerUID: uid, By: "not a plain volume (lv_attr " + lv.Attr + ")"}
 	}
 	return LVRef{Use: LVOrphan, OwnerUID: uid}
 }
