@@ -304,17 +304,32 @@ func TestDelete(t *testing.T) {
 	}
 }
 
-// Issue 14, item 2: a delete is refused while the PV's claim still exists
-// with that UID; a claim of that name made since is another claim.
+// Issue 14, item 2: a delete is refused while the claim the LV's ownership
+// tag names still exists; a claim of that name made since is another claim.
+// The PV's claimRef is only a hint: with none, or one without a UID, or one
+// naming another claim, the PVCs are searched for the tag's UID.
 func TestDeleteLiveClaim(t *testing.T) {
+	full := &corev1.ObjectReference{Namespace: "default", Name: "data", UID: "default-data-uid"}
 	for _, tc := range []struct {
 		name      string
-		claimUID  types.UID // of the PVC that exists ("" for none)
+		claimUID  types.UID // of the PVC default/data that exists ("" for none)
+		ref       *corev1.ObjectReference
 		wantState string
 	}{
-		{name: "claim exists", claimUID: "default-data-uid", wantState: kube.StateFailed},
-		{name: "claim re-created", claimUID: "other-uid", wantState: kube.StateDeleted},
-		{name: "claim gone", wantState: kube.StateDeleted},
+		{name: "claim exists", claimUID: "default-data-uid", ref: full, wantState: kube.StateFailed},
+		{name: "claim re-created", claimUID: "other-uid", ref: full, wantState: kube.StateDeleted},
+		{name: "claim gone", ref: full, wantState: kube.StateDeleted},
+		{name: "no claimRef, claim exists", claimUID: "default-data-uid", wantState: kube.StateFailed},
+		{name: "no claimRef, claim gone", wantState: kube.StateDeleted},
+		{name: "no claimRef, claim re-created", claimUID: "other-uid", wantState: kube.StateDeleted},
+		{name: "claimRef without UID, claim exists", claimUID: "default-data-uid",
+			ref: &corev1.ObjectReference{Namespace: "default", Name: "data"}, wantState: kube.StateFailed},
+		{name: "claimRef without UID naming another claim, claim exists", claimUID: "default-data-uid",
+			ref: &corev1.ObjectReference{Namespace: "default", Name: "other"}, wantState: kube.StateFailed},
+		{name: "claimRef without UID, claim gone",
+			ref: &corev1.ObjectReference{Namespace: "default", Name: "data"}, wantState: kube.StateDeleted},
+		{name: "claimRef with a UID but no name, claim exists", claimUID: "default-data-uid",
+			ref: &corev1.ObjectReference{UID: "default-data-uid"}, wantState: kube.StateFailed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := start(t, Config{})
@@ -330,7 +345,7 @@ func TestDeleteLiveClaim(t *testing.T) {
 				Spec: corev1.PersistentVolumeSpec{
 					PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: kube.DefaultDriver, VolumeHandle: "lv1"}},
 					NodeAffinity:           affinity(node),
-					ClaimRef:               &corev1.ObjectReference{Namespace: "default", Name: "data", UID: "default-data-uid"}}}
+					ClaimRef:               tc.ref}}
 			_, err = e.client.CoreV1().PersistentVolumes().Create(context.Background(), pv, metav1.CreateOptions{})
 			require.NoError(t, err)
 			ann := e.waitPV(t, "pv1")
@@ -551,6 +566,8 @@ func TestAnswerTimed(t *testing.T) {
 	assert.Equal(t, kube.StateCreated, e.waitPVC(t, "default", "pvc")[kube.AnnLifecycle])
 	// Observed when the patch returns, which may be after a watcher sees it.
 	waitAnswers(t, e.metrics, "persistentvolumeclaims")
+	// As in a cluster: the claim is gone before its volume is deleted.
+	require.NoError(t, e.client.CoreV1().PersistentVolumeClaims("default").Delete(context.Background(), "pvc", metav1.DeleteOptions{}))
 	e.pv(t, "pv1", node, claim.UID, map[string]string{kube.AnnLifecycle: kube.StateDeleting, kube.AnnSpec: `{"volumeGroup":"thick","name":"lv1"}`})
 	assert.Equal(t, kube.StateDeleted, e.waitPV(t, "pv1")[kube.AnnLifecycle])
 	waitAnswers(t, e.metrics, "persistentvolumes")

@@ -10,9 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/tools/pager"
 	"k8s.io/klog/v2"
 
 	"github.com/lvm-agent/lvm-agent/lvmbackend"
@@ -236,7 +234,7 @@ func (g *OrphanGC) orphaned(ctx context.Context, cands []candidate) ([]candidate
 	if len(suspects) == 0 {
 		return out, nil
 	}
-	live, err := g.liveRefs(ctx)
+	live, err := g.a.liveRefs(ctx, true)
 	if err != nil {
 		return nil, err
 	}
@@ -248,30 +246,6 @@ func (g *OrphanGC) orphaned(ctx context.Context, cands []candidate) ([]candidate
 		}
 	}
 	return out, nil
-}
-
-// liveRefs lists every PVC and PV from the API server. An unset
-// resourceVersion makes the list a consistent read: the API server answers
-// with etcd's latest revision (from its watch cache once that has caught up),
-// never with a state older than the LVs just listed.
-func (g *OrphanGC) liveRefs(ctx context.Context) (*References, error) {
-	r := &References{}
-	lctx, cancel := context.WithTimeout(ctx, g.a.cfg.OpTimeout)
-	defer cancel()
-	core := g.a.client.CoreV1()
-	pvcs := pager.New(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-		return core.PersistentVolumeClaims("").List(ctx, o)
-	})
-	pvs := pager.New(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-		return core.PersistentVolumes().List(ctx, o)
-	})
-	for what, p := range map[string]*pager.ListPager{"PVCs": pvcs, "PVs": pvs} {
-		err := p.EachListItem(lctx, metav1.ListOptions{}, func(obj runtime.Object) error { r.Add(obj); return nil })
-		if err != nil {
-			return r, fmt.Errorf("list %s: %w", what, err)
-		}
-	}
-	return r, nil
 }
 
 // act keeps the marks of this pass's orphans only (an LV that is gone or
@@ -327,7 +301,7 @@ var errBusy = errors.New("an operation on this LV is in flight")
 
 // remove takes the LV's operation lock (so that it never races the agent's
 // own create or delete of it) and removes it only if it is still the LV
-// that was marked: same owner, still not protected.
+// that was marked: same owner, still not protected, still plain.
 func (g *OrphanGC) remove(ctx context.Context, c candidate) error {
 	if !g.a.acquire(c.target) {
 		return errBusy
@@ -344,6 +318,11 @@ func (g *OrphanGC) remove(ctx context.Context, c candidate) error {
 	}
 	if ref := unreferenced(lv); ref.Use != LVOrphan || ref.OwnerUID != c.uid {
 		return fmt.Errorf("LV %s changed since it was found orphaned (owner %q); left in place", c.target, ref.OwnerUID)
+	}
+	// Classify keeps an LV whose lv_attr says it is not plain; with a
+	// dialect that reports none, the delete path's listing for dependents.
+	if out, ok := g.a.plain(ctx, lv, c.target); !ok {
+		return fmt.Errorf("orphan LV left in place: %w", out.err)
 	}
 	if err := g.a.backend.RemoveVolume(ctx, c.deviceClass, c.name); err != nil && !errors.Is(err, lvmbackend.ErrNotFound) {
 		return err

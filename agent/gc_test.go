@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 
 	"github.com/lvm-agent/lvm-agent/kube"
 	"github.com/lvm-agent/lvm-agent/lvmbackend"
+	"github.com/lvm-agent/lvm-agent/lvmbackend/lvmdfake"
 )
 
 type gcEnv struct {
@@ -111,9 +113,17 @@ func TestOrphanGC(t *testing.T) {
 		class    string
 		tags     []string
 		objs     []runtime.Object
+		shape    lvmdfake.LV   // lv1 beyond its name, class and tags (a pool, a snapshot)
+		others   []lvmdfake.LV // more LVs in lv1's class, untagged (added first)
 		wantKept bool
 	}{
 		{name: "orphan", tags: []string{OwnerTag("gone")}},
+		// lvremove -f would take the snapshot, or the thin LVs, along: such an
+		// LV is kept, as a delete refuses it (NotPlainVolume).
+		{name: "origin with a snapshot", tags: []string{OwnerTag("gone")}, others: []lvmdfake.LV{{Name: "snap", Origin: "lv1"}}, wantKept: true},
+		{name: "thin pool with a thin LV", tags: []string{OwnerTag("gone")}, shape: lvmdfake.LV{IsPool: true},
+			others: []lvmdfake.LV{{Name: "thin1", Pool: "lv1"}}, wantKept: true},
+		{name: "snapshot", tags: []string{OwnerTag("gone")}, shape: lvmdfake.LV{Origin: "base"}, others: []lvmdfake.LV{{Name: "base"}}, wantKept: true},
 		{name: "thin orphan", class: "thin", tags: []string{OwnerTag("gone"), "app"}},
 		{name: "protected", tags: []string{OwnerTag("gone"), ProtectedTag}, wantKept: true},
 		// Issue 14, item 9: a Retain class's LV outlives its PV.
@@ -141,15 +151,24 @@ func TestOrphanGC(t *testing.T) {
 					class = "thick"
 				}
 				e := newGCEnv(t, GCConfig{}, withCache, tc.objs...)
-				e.lv(t, class, "lv1", tc.tags...)
+				all := []string{"lv1"}
+				for _, o := range tc.others {
+					o.Class, o.SizeBytes = class, 4<<20
+					require.NoError(t, e.lvm.Add(o))
+					all = append(all, o.Name)
+				}
+				slices.Sort(all)
+				lv := tc.shape
+				lv.Name, lv.Class, lv.SizeBytes, lv.Tags = "lv1", class, 4<<20, tc.tags
+				require.NoError(t, e.lvm.Add(lv))
 				first := e.pass(t)
 				assert.Empty(t, first.Removed, "never on the first pass")
-				assert.Equal(t, []string{"lv1"}, e.names(t, class))
+				assert.Equal(t, all, e.names(t, class))
 				second := e.pass(t)
 				if tc.wantKept {
 					assert.Empty(t, first.Marked)
 					assert.Empty(t, second.Removed)
-					assert.Equal(t, []string{"lv1"}, e.names(t, class))
+					assert.Equal(t, all, e.names(t, class))
 					return
 				}
 				require.Len(t, first.Marked, 1)

@@ -1,8 +1,13 @@
 package agent
 
 import (
+	"context"
+	"fmt"
+
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/pager"
 
 	"github.com/lvm-agent/lvm-agent/kube"
 	"github.com/lvm-agent/lvm-agent/lvmbackend"
@@ -26,7 +31,8 @@ const (
 	// LVNamed: a PVC's or PV's spec, or a PV's CSI volume handle, names
 	// the LV (by name, in any device class).
 	LVNamed
-	// LVKept: nothing refers to it, but it is tagged protected or retained.
+	// LVKept: nothing refers to it, but it is tagged protected or retained,
+	// or is not a plain volume (an origin, a pool, a snapshot, ...).
 	LVKept
 	// LVOrphan: ours, and nothing keeps it.
 	LVOrphan
@@ -39,7 +45,8 @@ type LVRef struct {
 	OwnerUID string
 	// By is what keeps it: "PVC ns/name", "PV name", "the spec of PVC
 	// ns/name", "the spec of PV name", "the CSI volume handle of PV name",
-	// or the tag of an LVKept; "" for LVForeign and LVOrphan.
+	// or for an LVKept "tagged <tag>" or "not a plain volume (lv_attr
+	// <attr>)"; "" for LVForeign and LVOrphan.
 	By string
 }
 
@@ -105,8 +112,49 @@ func (r *References) Classify(lv *lvmbackend.Volume) LVRef {
 	}
 	for _, tag := range []string{ProtectedTag, kube.RetainedTag} {
 		if lv.HasTag(tag) {
-			return LVRef{Use: LVKept, OwnerUID: uid, By: tag}
+			return LVRef{Use: LVKept, OwnerUID: uid, By: "tagged " + tag}
 		}
 	}
+	// lvmd removes with lvremove -f, which takes an origin's snapshots and a
+	// pool's thin LVs along: as a delete (NotPlainVolume), the collector
+	// never removes such an LV. (A dialect without lv_attr is checked by the
+	// collector's listing before it removes; see OrphanGC.remove.)
+	if plain, known := lv.Plain(); known && !plain {
+		return LVRef{Use: LVKept, OwnerUID: uid, By: "not a plain volume (lv_attr " + lv.Attr + ")"}
+	}
 	return LVRef{Use: LVOrphan, OwnerUID: uid}
+}
+
+// Claim names the PVC of UID uid ("" if none was added).
+func (r *References) Claim(uid string) string {
+	if by, ok := r.claims[uid]; ok {
+		return by.String()
+	}
+	return ""
+}
+
+// liveRefs lists every PVC (and with pvs, every PV) from the API server,
+// paged. An unset resourceVersion makes the list a consistent read: the API
+// server answers with etcd's latest revision (from its watch cache once that
+// has caught up), never with a state older than the LVs just listed.
+func (a *Agent) liveRefs(ctx context.Context, pvs bool) (*References, error) {
+	r := &References{}
+	lctx, cancel := context.WithTimeout(ctx, a.cfg.OpTimeout)
+	defer cancel()
+	each := func(what string, list pager.ListPageFunc) error {
+		err := pager.New(list).EachListItem(lctx, metav1.ListOptions{}, func(obj runtime.Object) error { r.Add(obj); return nil })
+		if err != nil {
+			return fmt.Errorf("list %s: %w", what, err)
+		}
+		return nil
+	}
+	core := a.client.CoreV1()
+	if err := each("PVCs", func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		return core.PersistentVolumeClaims("").List(ctx, o)
+	}); err != nil || !pvs {
+		return r, err
+	}
+	return r, each("PVs", func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		return core.PersistentVolumes().List(ctx, o)
+	})
 }

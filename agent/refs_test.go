@@ -20,6 +20,7 @@ func TestClassify(t *testing.T) {
 	cases := []struct {
 		name string
 		tags []string
+		attr string // lv_attr ("": the dialect reports none)
 		objs []runtime.Object
 		want LVRef
 	}{
@@ -28,8 +29,15 @@ func TestClassify(t *testing.T) {
 		{name: "prefix without a UID", tags: []string{OwnerTagPrefix}, want: LVRef{Use: LVForeign}},
 		{name: "prefix without a UID, protected", tags: []string{OwnerTagPrefix, ProtectedTag}, want: LVRef{Use: LVForeign}},
 		{name: "orphan", tags: []string{owner, "app"}, want: LVRef{Use: LVOrphan, OwnerUID: "gone"}},
-		{name: "protected", tags: []string{owner, ProtectedTag}, want: LVRef{Use: LVKept, OwnerUID: "gone", By: ProtectedTag}},
-		{name: "retained", tags: []string{owner, kube.RetainedTag}, want: LVRef{Use: LVKept, OwnerUID: "gone", By: kube.RetainedTag}},
+		{name: "protected", tags: []string{owner, ProtectedTag}, want: LVRef{Use: LVKept, OwnerUID: "gone", By: "tagged " + ProtectedTag}},
+		{name: "retained", tags: []string{owner, kube.RetainedTag}, want: LVRef{Use: LVKept, OwnerUID: "gone", By: "tagged " + kube.RetainedTag}},
+		{name: "linear", tags: []string{owner}, attr: "-wi-a-----", want: LVRef{Use: LVOrphan, OwnerUID: "gone"}},
+		{name: "thin", tags: []string{owner}, attr: "Vwi-a-tz--", want: LVRef{Use: LVOrphan, OwnerUID: "gone"}},
+		{name: "origin", tags: []string{owner}, attr: "owi-a-s---", want: LVRef{Use: LVKept, OwnerUID: "gone", By: "not a plain volume (lv_attr owi-a-s---)"}},
+		{name: "thin pool", tags: []string{owner}, attr: "twi-a-tz--", want: LVRef{Use: LVKept, OwnerUID: "gone", By: "not a plain volume (lv_attr twi-a-tz--)"}},
+		{name: "snapshot", tags: []string{owner}, attr: "swi-a-s---", want: LVRef{Use: LVKept, OwnerUID: "gone", By: "not a plain volume (lv_attr swi-a-s---)"}},
+		{name: "a claim beats not plain", tags: []string{OwnerTag("live")}, attr: "owi-a-s---", objs: []runtime.Object{gcPVC("live", "")},
+			want: LVRef{Use: LVClaimed, OwnerUID: "live", By: "PVC default/pvc-live"}},
 		{name: "PVC exists", tags: []string{OwnerTag("live")}, objs: []runtime.Object{gcPVC("live", "")},
 			want: LVRef{Use: LVClaimed, OwnerUID: "live", By: "PVC default/pvc-live"}},
 		{name: "PVC being deleted", tags: []string{OwnerTag("live")}, objs: []runtime.Object{terminating},
@@ -63,7 +71,7 @@ func TestClassify(t *testing.T) {
 			for _, o := range tc.objs {
 				refs.Add(o)
 			}
-			lv := lvmbackend.Volume{Name: "lv1", Tags: tc.tags}
+			lv := lvmbackend.Volume{Name: "lv1", Tags: tc.tags, Attr: tc.attr}
 			assert.Equal(t, tc.want, refs.Classify(&lv))
 		})
 	}

@@ -243,7 +243,7 @@ func (a *Agent) remove(ctx context.Context, pv *corev1.PersistentVolume, t targe
 	if out, ok := a.plain(ctx, lv, t); !ok {
 		return out
 	}
-	if out, ok := a.claimGone(ctx, pv, t); !ok {
+	if out, ok := a.claimGone(ctx, pv, lv, t); !ok {
 		return out
 	}
 	dmName := a.cfg.Devices.name(ctx, lv)
@@ -282,25 +282,44 @@ func (a *Agent) plain(ctx context.Context, lv *lvmbackend.Volume, t target) (out
 	return outcome{}, true
 }
 
-// claimGone checks, against the API server, that the claim a PV is bound to
-// no longer exists: a delete while it does would take a live claim's data
-// (a mistyped "lvm-agent volume delete", a provisioner bug). A cluster
-// deletes the claim, releases the PV, and only then asks for the delete.
-func (a *Agent) claimGone(ctx context.Context, pv *corev1.PersistentVolume, t target) (outcome, bool) {
+// claimGone checks, against the API server, that no PVC owns lv any more: a
+// delete while one does would take a live claim's data (a mistyped
+// "lvm-agent volume delete", a provisioner bug, a PV with no claimRef or
+// one without a UID). A cluster deletes the claim, releases the PV, and
+// only then asks for the delete. The owner is the UID of lv's ownership
+// tag; a claimRef with that UID and a name is a Get of that PVC (a PVC's
+// name never changes), anything else a paged list of the PVCs. An untagged
+// LV (--allow-untagged-delete) has only the claimRef to go by.
+func (a *Agent) claimGone(ctx context.Context, pv *corev1.PersistentVolume, lv *lvmbackend.Volume, t target) (outcome, bool) {
 	ref := pv.Spec.ClaimRef
-	if ref == nil || ref.UID == "" || ref.Name == "" {
+	uid, tagged := OwnerUID(lv)
+	if !tagged {
+		if ref == nil || ref.UID == "" || ref.Name == "" {
+			return outcome{}, true
+		}
+		uid = string(ref.UID)
+	}
+	var owner string
+	if ref != nil && ref.Name != "" && string(ref.UID) == uid {
+		pvc, err := a.client.CoreV1().PersistentVolumeClaims(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return retry(fmt.Errorf("check that claim %s/%s is gone: %w", ref.Namespace, ref.Name, err)), false
+		case string(pvc.UID) == uid:
+			owner = "PVC " + ref.Namespace + "/" + ref.Name
+		} // else another claim of that name since
+	} else {
+		refs, err := a.liveRefs(ctx, false)
+		if err != nil {
+			return retry(fmt.Errorf("check that no PVC of UID %s exists: %w", uid, err)), false
+		}
+		owner = refs.Claim(uid)
+	}
+	if owner == "" {
 		return outcome{}, true
 	}
-	pvc, err := a.client.CoreV1().PersistentVolumeClaims(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return outcome{}, true
-	case err != nil:
-		return retry(fmt.Errorf("check that claim %s/%s is gone: %w", ref.Namespace, ref.Name, err)), false
-	case pvc.UID != ref.UID:
-		return outcome{}, true // another claim of that name since
-	}
-	return fail(kube.ReasonClaimInUse, fmt.Errorf("PVC %s/%s (UID %s), the claim of this PV, still exists: LV %s is left untouched; delete the claim first", ref.Namespace, ref.Name, ref.UID, t)), false
+	return fail(kube.ReasonClaimInUse, fmt.Errorf("%s (UID %s), the owner of LV %s, still exists: the LV is left untouched; delete the claim first", owner, uid, t)), false
 }
 
 // created is the answer for an LV of ours, once the kernel confirms its

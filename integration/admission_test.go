@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"path/filepath"
 	"strings"
@@ -54,7 +55,8 @@ func TestAdmission(t *testing.T) {
 	// is refused below is refused by admission.
 	_, err = admin.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: "admission-test"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims", "persistentvolumes", "nodes"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims", "persistentvolumes", "nodes",
+			"persistentvolumeclaims/status", "persistentvolumes/status", "nodes/status"},
 			Verbs: []string{"get", "list", "watch", "create", "update", "patch"}}},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
@@ -101,6 +103,26 @@ func TestAdmission(t *testing.T) {
 		_, err := kube.UpdatePvWithAnnotations(ctx, c, name, "", ann, nil)
 		return err
 	}
+	// The same annotations written through the status subresource, which
+	// keeps metadata changes too.
+	statusBody := func(ann kube.Change) []byte {
+		b, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
+		require.NoError(t, err)
+		return b
+	}
+	pvcStatus := func(c kubernetes.Interface, name string, ann kube.Change) error {
+		_, err := c.CoreV1().PersistentVolumeClaims("default").Patch(ctx, name, types.MergePatchType, statusBody(ann), metav1.PatchOptions{}, "status")
+		return err
+	}
+	pvStatus := func(c kubernetes.Interface, name string, ann kube.Change) error {
+		_, err := c.CoreV1().PersistentVolumes().Patch(ctx, name, types.MergePatchType, statusBody(ann), metav1.PatchOptions{}, "status")
+		return err
+	}
+	nodeStatus := func(c kubernetes.Interface, name string, ann kube.Change) error {
+		_, err := c.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, statusBody(ann), metav1.PatchOptions{}, "status")
+		return err
+	}
+	kcm := impersonate(t, acp, "system:kube-controller-manager")
 	harness.PVC(t, admin, "default", "adm-vol", "adm-node-a")
 	pvc, err := admin.CoreV1().PersistentVolumeClaims("default").Get(ctx, "adm-vol", metav1.GetOptions{})
 	require.NoError(t, err)
@@ -114,6 +136,9 @@ func TestAdmission(t *testing.T) {
 		want string // the message a user sees; "" is allowed
 	}{
 		{"a user asks for a volume on their PVC", func() error { return pvcPatch(alice, "adm-vol", request) },
+			deniedProtocol + "only the lvm-agent provisioner (" + provisionerUser + ") or members of group " + adminGroup +
+				" may ask for volumes: alice may not write volume.lifecycle=creating, volume.spec"},
+		{"a user asks through the PVC's status subresource", func() error { return pvcStatus(alice, "adm-vol", request) },
 			deniedProtocol + "only the lvm-agent provisioner (" + provisionerUser + ") or members of group " + adminGroup +
 				" may ask for volumes: alice may not write volume.lifecycle=creating, volume.spec"},
 		{"a user creates a PVC that already asks", func() error {
@@ -130,6 +155,12 @@ func TestAdmission(t *testing.T) {
 			" may ask for volumes: " + agentUser + " may not write volume.spec"},
 		{"a user answers", func() error { return pvcPatch(alice, "adm-vol", created) },
 			deniedProtocol + "only the lvm-agent agent (" + agentUser + ") answers volume requests: alice may not write volume.lifecycle=created, volume.device"},
+		{"a user answers through the status subresource", func() error { return pvcStatus(alice, "adm-vol", created) },
+			deniedProtocol + "only the lvm-agent agent (" + agentUser + ") answers volume requests: alice may not write volume.lifecycle=created, volume.device"},
+		{"the agent asks through the status subresource", func() error {
+			return pvcStatus(agentOnA, "adm-vol", kube.Set(map[string]string{kube.AnnSpec: `{"volumeGroup":"vg1","name":"y","size":4096}`}))
+		}, deniedProtocol + "only the lvm-agent provisioner (" + provisionerUser + ") or members of group " + adminGroup +
+			" may ask for volumes: " + agentUser + " may not write volume.spec"},
 		{"the agent answers", func() error { return pvcPatch(agentOnA, "adm-vol", created) }, ""},
 		{"the agent writes a request value", func() error {
 			return pvcPatch(agentOnA, "adm-vol", kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreating}))
@@ -162,7 +193,6 @@ func TestAdmission(t *testing.T) {
 			return err
 		}, ""},
 		{"binding, as kube-controller-manager does it (update of the whole PVC)", func() error {
-			kcm := impersonate(t, acp, "system:kube-controller-manager")
 			p, err := kcm.CoreV1().PersistentVolumeClaims("default").Get(ctx, "adm-vol", metav1.GetOptions{})
 			if err != nil {
 				return err
@@ -172,8 +202,21 @@ func TestAdmission(t *testing.T) {
 			_, err = kcm.CoreV1().PersistentVolumeClaims("default").Update(ctx, p, metav1.UpdateOptions{})
 			return err
 		}, ""},
+		{"the PVC's phase, as kube-controller-manager writes it (update of its status)", func() error {
+			p, err := kcm.CoreV1().PersistentVolumeClaims("default").Get(ctx, "adm-vol", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			p.Status.Phase = corev1.ClaimBound
+			_, err = kcm.CoreV1().PersistentVolumeClaims("default").UpdateStatus(ctx, p, metav1.UpdateOptions{})
+			return err
+		}, ""},
 		{"a user asks to delete a PV", func() error {
 			return pvPatch(alice, "adm-pv", kube.Set(map[string]string{kube.AnnLifecycle: kube.StateDeleting, kube.AnnSpec: "vg1/x"}))
+		}, deniedProtocol + "only the lvm-agent provisioner (" + provisionerUser + ") or members of group " + adminGroup +
+			" may ask for volumes: alice may not write volume.lifecycle=deleting, volume.spec"},
+		{"a user asks to delete a PV through its status subresource", func() error {
+			return pvStatus(alice, "adm-pv", kube.Set(map[string]string{kube.AnnLifecycle: kube.StateDeleting, kube.AnnSpec: "vg1/x"}))
 		}, deniedProtocol + "only the lvm-agent provisioner (" + provisionerUser + ") or members of group " + adminGroup +
 			" may ask for volumes: alice may not write volume.lifecycle=deleting, volume.spec"},
 		{"the provisioner asks to delete a PV", func() error {
@@ -182,8 +225,20 @@ func TestAdmission(t *testing.T) {
 		{"a user answers a delete", func() error {
 			return pvPatch(alice, "adm-pv", kube.Set(map[string]string{kube.AnnLifecycle: kube.StateDeleted}))
 		}, deniedProtocol + "only the lvm-agent agent (" + agentUser + ") answers volume requests: alice may not write volume.lifecycle=deleted"},
+		{"a user answers a delete through the status subresource", func() error {
+			return pvStatus(alice, "adm-pv", kube.Set(map[string]string{kube.AnnLifecycle: kube.StateDeleted}))
+		}, deniedProtocol + "only the lvm-agent agent (" + agentUser + ") answers volume requests: alice may not write volume.lifecycle=deleted"},
 		{"the agent answers a delete", func() error {
 			return pvPatch(agentOnA, "adm-pv", kube.Set(map[string]string{kube.AnnLifecycle: kube.StateDeleted}))
+		}, ""},
+		{"the PV's phase, as the PV controller writes it (update of its status)", func() error {
+			pv, err := kcm.CoreV1().PersistentVolumes().Get(ctx, "adm-pv", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			pv.Status.Phase = corev1.VolumeReleased
+			_, err = kcm.CoreV1().PersistentVolumes().UpdateStatus(ctx, pv, metav1.UpdateOptions{})
+			return err
 		}, ""},
 		{"the agent writes its own Node", func() error {
 			_, err := kube.UpdateNodeWithAnnotations(ctx, agentOnA, "adm-node-a", "", kube.Set(map[string]string{"example.com/capacity": "1"}))
@@ -193,6 +248,23 @@ func TestAdmission(t *testing.T) {
 			_, err := kube.UpdateNodeWithAnnotations(ctx, agentOnA, "adm-node-b", "", kube.Set(map[string]string{"example.com/capacity": "1"}))
 			return err
 		}, deniedNode + "the lvm-agent agent may update only the Node it runs on: " + agentUser + " runs on Node adm-node-a and may not update Node adm-node-b"},
+		{"the agent writes another Node through its status subresource", func() error {
+			return nodeStatus(agentOnA, "adm-node-b", kube.Set(map[string]string{"example.com/capacity": "1"}))
+		}, deniedNode + "the lvm-agent agent may update only the Node it runs on: " + agentUser + " runs on Node adm-node-a and may not update Node adm-node-b"},
+		{"the agent writes its own Node through its status subresource", func() error {
+			return nodeStatus(agentOnA, "adm-node-a", kube.Set(map[string]string{"example.com/status": "1"}))
+		}, ""},
+		{"a kubelet updates its Node's status", func() error {
+			kubelet := impersonate(t, acp, "system:node:adm-node-b", "system:nodes")
+			n, err := kubelet.CoreV1().Nodes().Get(ctx, "adm-node-b", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
+				LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(), Reason: "KubeletReady"}}
+			_, err = kubelet.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+			return err
+		}, ""},
 		{"the agent with a token bound to no Pod writes a Node", func() error {
 			_, err := kube.UpdateNodeWithAnnotations(ctx, unboundAgent, "adm-node-a", "", kube.Set(map[string]string{"example.com/capacity": "2"}))
 			return err
@@ -226,6 +298,7 @@ func TestAdmission(t *testing.T) {
 	pv, err := admin.CoreV1().PersistentVolumes().Get(ctx, "adm-pv", metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, kube.StateDeleted, pv.Annotations[kube.AnnLifecycle])
+	assert.Equal(t, corev1.VolumeReleased, pv.Status.Phase, "the PV controller's status write went through")
 	nodeB, err := admin.CoreV1().Nodes().Get(ctx, "adm-node-b", metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.NotContains(t, nodeB.Annotations, "example.com/capacity")

@@ -48,7 +48,7 @@ const (
 	checkFailed   = "failed"
 	checkReleased = "released" // PVC gone, its PV still refers to the LV: the delete request is due
 	checkNamed    = "named"    // PVC gone, but a spec or a PV's volume handle names the LV: the collector keeps it
-	checkKept     = "kept"     // PVC gone, nothing refers to the LV, but it is tagged protected or retained
+	checkKept     = "kept"     // PVC gone, nothing refers to the LV, but it is tagged protected or retained, or not plain
 	checkForeign  = "untagged" // not made by lvm-agent (or by the original agent): left alone
 	checkMissing  = "MISSING-LV"
 	checkOrphan   = "ORPHAN-LV"
@@ -332,7 +332,7 @@ func loneCheck(ref agent.LVRef) (check, detail string) {
 	case agent.LVNamed:
 		return checkNamed, "no PVC " + ref.OwnerUID + "; " + ref.By + " names it"
 	case agent.LVKept:
-		return checkKept, "no PVC " + ref.OwnerUID + "; tagged " + ref.By + ", so never removed as an orphan"
+		return checkKept, "no PVC " + ref.OwnerUID + "; " + ref.By + ", so never removed as an orphan"
 	}
 	return checkOrphan, "no PVC of UID " + ref.OwnerUID + ", no PV claiming it, no spec or volume handle naming it"
 }

@@ -79,6 +79,8 @@ func TestStatusOrphanIsTheCollectors(t *testing.T) {
 		name       string
 		tags       []string
 		objs       []runtime.Object
+		shape      lvmdfake.LV   // lv1 beyond its name, class and tags
+		others     []lvmdfake.LV // untagged LVs added before lv1
 		wantOrphan bool
 	}{
 		{name: "orphan", tags: []string{owner}, wantOrphan: true},
@@ -92,6 +94,9 @@ func TestStatusOrphanIsTheCollectors(t *testing.T) {
 		{name: "protected", tags: []string{owner, agent.ProtectedTag}},
 		{name: "retained", tags: []string{owner, kube.RetainedTag}},
 		{name: "a tag without a UID", tags: []string{agent.OwnerTagPrefix}},
+		// Issue 14, item 7: lvremove -f would take the dependents along.
+		{name: "an origin with a snapshot", tags: []string{owner}, others: []lvmdfake.LV{{Name: "snap", Origin: "lv1"}}},
+		{name: "a thin pool with a thin LV", tags: []string{owner}, shape: lvmdfake.LV{IsPool: true}, others: []lvmdfake.LV{{Name: "thin1", Pool: "lv1"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			lvm := lvmdfake.NewLVM(lvmdfake.Class{Name: "vg1", VG: "vg1", SizeBytes: 1 << 30})
@@ -99,11 +104,16 @@ func TestStatusOrphanIsTheCollectors(t *testing.T) {
 			lvmd := lvmdfake.NewTopolvm(lvm)
 			require.NoError(t, lvmd.Serve(socket))
 			t.Cleanup(lvmd.Stop)
-			_, err := lvm.Create("vg1", "lv1", 4096, tc.tags)
-			require.NoError(t, err)
+			for _, lv := range append(tc.others, tc.shape) {
+				if lv.Name == "" {
+					lv.Name, lv.Tags = "lv1", tc.tags
+				}
+				lv.Class, lv.SizeBytes = "vg1", 4<<20
+				require.NoError(t, lvm.Add(lv))
+			}
 			o := statusOptions{node: "node-1", stuckAfter: time.Minute}
 			o.backend.backend, o.backend.lvmdSocket, o.backend.meta.mode = "topolvm", socket, "off"
-			err = status(context.Background(), fake.NewClientset(tc.objs...), o)
+			err := status(context.Background(), fake.NewClientset(tc.objs...), o)
 			if tc.wantOrphan {
 				require.ErrorIs(t, err, errProblems)
 			} else {
@@ -122,7 +132,8 @@ func TestLoneCheck(t *testing.T) {
 		{agent.LVRef{Use: agent.LVClaimed, OwnerUID: "u", By: "PVC ns/a"}, "ok", "PVC ns/a"},
 		{agent.LVRef{Use: agent.LVReleased, OwnerUID: "u", By: "PV pv-1"}, "released", "no PVC u; PV pv-1 still refers to it"},
 		{agent.LVRef{Use: agent.LVNamed, OwnerUID: "u", By: "the CSI volume handle of PV pv-1"}, "named", "no PVC u; the CSI volume handle of PV pv-1 names it"},
-		{agent.LVRef{Use: agent.LVKept, OwnerUID: "u", By: kube.RetainedTag}, "kept", "no PVC u; tagged lvm-agent.retained, so never removed as an orphan"},
+		{agent.LVRef{Use: agent.LVKept, OwnerUID: "u", By: "tagged " + kube.RetainedTag}, "kept", "no PVC u; tagged lvm-agent.retained, so never removed as an orphan"},
+		{agent.LVRef{Use: agent.LVKept, OwnerUID: "u", By: "not a plain volume (lv_attr owi-a-s---)"}, "kept", "no PVC u; not a plain volume (lv_attr owi-a-s---), so never removed as an orphan"},
 		{agent.LVRef{Use: agent.LVOrphan, OwnerUID: "u"}, "ORPHAN-LV", "no PVC of UID u, no PV claiming it, no spec or volume handle naming it"},
 	} {
 		check, detail := loneCheck(tc.ref)

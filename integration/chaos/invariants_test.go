@@ -183,7 +183,7 @@ func (w *world) checks(extra ...*check) []*check {
 		early.checked++
 		for _, at := range w.removes[v.lv] {
 			switch {
-			case v.kind == kindConflict || v.kind == kindProtected:
+			case v.kind == kindConflict || v.kind == kindProtected || v.kind == kindPointer:
 				early.fail("%s: the LV it names (not its own) was removed at %s", v, at.Format(time.StampMilli))
 			case v.keeps():
 				early.fail("%s: LV %s, which it keeps, removed at %s", v, v.lv, at.Format(time.StampMilli))

@@ -105,6 +105,11 @@ func TestInvariantsCatchViolations(t *testing.T) {
 			w.vols = append(w.vols, s)
 			w.removes = map[string][]time.Time{"lv-keep": {time.Now()}}
 		}, "no LV removed unless its claim let go of it"},
+		{"live LV removed by a PV that no claim owns", func(w *world, _ *tracker) {
+			w.vols = append(w.vols, &volume{kind: kindPointer, pv: "pv-pointer", class: "vg1", lv: "lv-keep", victim: keep})
+			w.removes = map[string][]time.Time{"lv-keep": {time.Now()}}
+			w.lvs = w.lvs[1:]
+		}, "no LV removed unless its claim let go of it"},
 		{"LV of the wrong size", func(w *world, _ *tracker) {
 			w.lvs[0].SizeBytes = 8 << 20
 		}, "created volume: exactly one LV, right size, ownership tag"},

@@ -5,6 +5,7 @@ import (
 	"math/rand"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/lvm-agent/lvm-agent/agent"
@@ -76,16 +77,21 @@ const (
 	// this one, asks for its LV's deletion: the label never makes an agent
 	// the owner, so no agent answers, and the LV stays.
 	kindMisdirected
+	// kindPointer: a PV that no live claim owns (no claimRef, a claimRef
+	// without a UID, or one with a gone claim's UID) asks for the deletion
+	// of a live kindKeep volume's LV, once it is created: failed (ClaimInUse,
+	// or NameConflict for the UID that is not the LV's), and the LV stays.
+	kindPointer
 	numKinds
 )
 
 var kindNames = [numKinds]string{"full", "keep", "abandon", "invalid", "conflict", "too-big", "protected",
-	"recreate", "retry", "renamed", "resized", "stealer", "terminating", "legacy", "misdirected"}
+	"recreate", "retry", "renamed", "resized", "stealer", "terminating", "legacy", "misdirected", "pointer"}
 
 func (k kind) String() string { return kindNames[k] }
 
 // weights of the kinds in a plan, in percent.
-var kindWeights = [numKinds]int{38, 18, 7, 4, 3, 3, 3, 4, 4, 3, 3, 3, 3, 2, 2}
+var kindWeights = [numKinds]int{35, 18, 7, 4, 3, 3, 3, 4, 4, 3, 3, 3, 3, 2, 2, 3}
 
 // hostileSpecs are the specs of kindInvalid volumes.
 var hostileSpecs = []string{
@@ -120,6 +126,10 @@ type volume struct {
 	// kindResized.
 	oldLV string
 	again kube.CreateSpec
+	// victim is the live volume whose LV kindPointer names; ref is the
+	// claimRef of its PV (nil: none).
+	victim *volume
+	ref    *corev1.ObjectReference
 
 	uid types.UID
 	// released is when the provisioner let go of the LV: asked for its
@@ -172,6 +182,11 @@ func (v *volume) wantDelete() (state, reason string) {
 	case kindProtected:
 		return kube.StateFailed, kube.ReasonProtected
 	case kindStealer:
+		return kube.StateFailed, kube.ReasonClaimInUse
+	case kindPointer:
+		if v.ref != nil && v.ref.UID != "" {
+			return kube.StateFailed, kube.ReasonNameConflict
+		}
 		return kube.StateFailed, kube.ReasonClaimInUse
 	}
 	return "", ""
@@ -247,6 +262,22 @@ func makePlan(rng *rand.Rand, n int, waveGap time.Duration, foreign, protected [
 			v.class, v.lv = "vg1", fmt.Sprintf("legacy-%04d", i)
 		}
 		vols = append(vols, v)
+	}
+	var keep []*volume
+	for _, v := range vols {
+		if v.kind == kindKeep {
+			keep = append(keep, v)
+		}
+	}
+	for _, v := range vols {
+		if v.kind != kindPointer {
+			continue
+		}
+		v.victim = keep[rng.Intn(len(keep))] // drawKind makes volume 1 a kindKeep
+		v.class, v.lv = v.victim.class, v.victim.lv
+		gone := fmt.Sprintf("gone-claim-%d", v.i)
+		v.ref = []*corev1.ObjectReference{nil, {Namespace: v.ns, Name: gone},
+			{Namespace: v.ns, Name: gone, UID: types.UID(gone + "-uid")}}[rng.Intn(3)]
 	}
 	return vols
 }

@@ -50,6 +50,13 @@ func (p *provisioner) lifecycle(ctx context.Context, v *volume) error {
 	case kindLegacy:
 		// The original agent's PV: its claim is long gone.
 		return p.remove(ctx, v, fmt.Sprintf("legacy-claim-%d", v.i))
+	case kindPointer:
+		// Once the live volume's LV exists (before, its delete is rightly
+		// "deleted": there is no LV).
+		if _, err := p.tracker.waitFinal(ctx, objKey{"pvc", v.victim.ns, v.victim.pvc}, ""); err != nil {
+			return err
+		}
+		return p.remove(ctx, v, "")
 	}
 	pvc, err := p.makeClaim(ctx, v, "")
 	if err != nil {
@@ -207,6 +214,9 @@ func (p *provisioner) createWith(ctx context.Context, v *volume, spec kube.Creat
 func (p *provisioner) remove(ctx context.Context, v *volume, claimUID string) error {
 	pv := harness.NewPV(v.pv, p.node, kube.DefaultDriver, nil, "")
 	pv.Spec.ClaimRef = &corev1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: v.ns, Name: v.pvc, UID: types.UID(claimUID)}
+	if v.kind == kindPointer {
+		pv.Spec.ClaimRef = v.ref
+	}
 	err := retry(ctx, func(ctx context.Context) error {
 		_, err := p.c.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {

@@ -53,6 +53,8 @@ var cases = []testCase{
 	{"unknown-vg", needNothing, caseUnknownVG},
 	{"name-conflict", needNothing, caseNameConflict},
 	{"protected", needNothing, caseProtected},
+	{"not-plain-origin", needNothing, caseNotPlainOrigin},
+	{"not-plain-pool", needThin, caseNotPlainPool},
 	{"lvm-refuses", needNothing, caseLVMRefuses},
 	{"agent-killed-during-lvcreate", needNothing, caseAgentKilled},
 	{"lvmd-restart-during-burst", needLVMDCtl, caseLVMDRestartBurst},
@@ -283,6 +285,82 @@ func caseProtected(t *testing.T, s *stack) {
 	require.NoError(t, s.delete(pv, vg, name), "delete written again once unprotected")
 	requireAnswered(t, pv, kube.StateDeleted)
 	requireNoLV(t, vg.vg, name)
+}
+
+// Issue 14, item 7, against real lvm: lvmd removes with lvremove -f, which
+// would take an origin's snapshot (or a pool's thin LVs) along, so a PV
+// naming an origin of ours is answered NotPlainVolume and nothing is
+// removed.
+func caseNotPlainOrigin(t *testing.T, s *stack) {
+	vg, name := s.thick, s.lvName("origin")
+	snap := name + "-snap"
+	pvc := s.pvc(t, name)
+	require.NoError(t, s.create(pvc, vg, name, 4<<20))
+	removeAll(t, vg.vg, snap, name)
+	_, err := lvm("lvcreate", "-y", "-s", "-n", snap, "-L", "4m", vg.vg+"/"+name)
+	require.NoError(t, err)
+	requireNotPlain(t, s, pvc, name, vg, name, snap)
+}
+
+// A PV naming a thin pool (tagged as ours, so that no tag check stops it
+// first): topolvm's lvmd lists no thin pool in any device class (nor does
+// the agent's metadata reader, which answers as lvmd would), so the pool is
+// no LV of class thick: the delete is answered "deleted", as for an absent
+// LV, and the pool and its thin LV stay, untouched. (google/lvmd would
+// show the pool; there the delete path's plain check, NotPlainVolume,
+// refuses it, as the unit tests pin.)
+func caseNotPlainPool(t *testing.T, s *stack) {
+	vg, pool := s.thick, s.lvName("pool")
+	thin := pool + "-thin"
+	pvc := s.pvc(t, pool)
+	removeAll(t, vg.vg, thin, pool)
+	_, err := lvm("lvcreate", "-y", "-T", "-L", "8m", "-n", pool, "--addtag", agent.OwnerTag(pvc.UID), vg.vg)
+	require.NoError(t, err)
+	_, err = lvm("lvcreate", "-y", "-V", "4m", "-T", vg.vg+"/"+pool, "-n", thin)
+	require.NoError(t, err)
+	before := lvsOf(t, vg.vg)
+	require.Contains(t, before, pool)
+	require.Contains(t, before, thin)
+	pv := s.pv(t, pool, pvc)
+	harness.DeleteClaim(t, env.cp.Client, pvc)
+	require.NoError(t, s.delete(pv, vg, pool))
+	requireAnswered(t, pv, kube.StateDeleted)
+	after := lvsOf(t, vg.vg)
+	assert.Equal(t, before[pool], after[pool], "the pool changed")
+	assert.Equal(t, before[thin], after[thin], "the pool's thin LV changed")
+}
+
+// requireNotPlain binds a PV to pvc, deletes the claim (a cluster's order),
+// asks for the deletion of lv and checks the NotPlainVolume answer, with
+// the LVs kept unchanged.
+func requireNotPlain(t *testing.T, s *stack, pvc *corev1.PersistentVolumeClaim, pvName string, vg volumeGroup, lv string, kept ...string) {
+	t.Helper()
+	before := lvsOf(t, vg.vg)
+	for _, n := range kept {
+		require.Contains(t, before, n)
+	}
+	pv := s.pv(t, pvName, pvc)
+	harness.DeleteClaim(t, env.cp.Client, pvc)
+	err := s.delete(pv, vg, lv)
+	requireFailed(t, err, kube.ErrNotPlainVolume, pv)
+	after := lvsOf(t, vg.vg)
+	for _, n := range kept {
+		assert.Equal(t, before[n], after[n], "LV %s changed", n)
+	}
+}
+
+// removeAll removes the named LVs, in order, when the test ends.
+func removeAll(t *testing.T, vg string, names ...string) {
+	t.Cleanup(func() {
+		for _, n := range names {
+			if _, ok := lvsOf(t, vg)[n]; !ok {
+				continue
+			}
+			if _, err := lvm("lvremove", "-y", vg+"/"+n); err != nil {
+				t.Errorf("cleanup: %v", err)
+			}
+		}
+	})
 }
 
 // The agent dies (SIGKILL) while lvmd runs lvcreate for it; restarted, it
