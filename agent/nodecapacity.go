@@ -48,7 +48,12 @@ func volumeGroupsOf(deviceClass string, classes map[string]string) []string {
 // step with lvmd's capacity reports. Reports are coalesced over Debounce, so
 // that a burst of creates costs one write; a report that does not change the
 // annotation costs none, also after a restart, since the first write is
-// preceded by a read of the Node.
+// preceded by a read of the Node; nor does one whose free bytes moved by
+// less than MinChange of what the annotation shows. Without MinChange every
+// create would cost a Node write as soon as a node's creates are more than
+// Debounce apart, the normal case in a large cluster: Node writes per
+// volume would grow with the number of nodes (make bench-cluster measured
+// 0.02 per create at 1 node, 0.5 at 30).
 type NodeCapacity struct {
 	client  kubernetes.Interface
 	node    string
@@ -59,6 +64,13 @@ type NodeCapacity struct {
 
 	// Debounce is how long reports are gathered before one write.
 	Debounce time.Duration
+	// MinChange is the smallest change of a device class's free bytes
+	// written, as a fraction of the free bytes the annotation shows (0:
+	// every change). Smaller changes add up until they reach it, so the
+	// annotation's free bytes are never further than that fraction from
+	// lvmd's; any other change (a class, a size, free bytes to or from 0) is
+	// written at once.
+	MinChange float64
 	// Retry is the backoff after a failed read or write (a missing Node
 	// included: the kubelet may register it later), reset by a success. Its
 	// jitter keeps the nodes of a cluster from retrying in lockstep after an
@@ -69,6 +81,10 @@ type NodeCapacity struct {
 	Resync time.Duration
 }
 
+// DefaultCapacityMinChange is NodeCapacity's default MinChange: 1% of the
+// free bytes shown.
+const DefaultCapacityMinChange = 0.01
+
 // NewNodeCapacity makes an updater for the annotation key of Node node.
 func NewNodeCapacity(client kubernetes.Interface, node, key string, classes map[string]string, metrics *Metrics) *NodeCapacity {
 	if metrics == nil {
@@ -76,7 +92,7 @@ func NewNodeCapacity(client kubernetes.Interface, node, key string, classes map[
 	}
 	return &NodeCapacity{client: client, node: node, key: key, classes: classes, metrics: metrics,
 		updates:  make(chan []lvmbackend.Capacity, 1),
-		Debounce: time.Second, Retry: wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.5, Steps: math.MaxInt32, Cap: time.Minute}, Resync: 10 * time.Minute}
+		Debounce: time.Second, MinChange: DefaultCapacityMinChange, Retry: wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.5, Steps: math.MaxInt32, Cap: time.Minute}, Resync: 10 * time.Minute}
 }
 
 // Update takes a capacity report; it is the CapacityWatcher's OnChange hook.
@@ -156,7 +172,7 @@ func (s *nodeCapacitySync) sync(ctx context.Context) error {
 		}
 		s.known = &v
 	}
-	if *s.known == s.desired {
+	if !worthWriting(*s.known, s.desired, s.MinChange) {
 		s.missingLogged = false
 		return nil
 	}
@@ -172,6 +188,36 @@ func (s *nodeCapacitySync) sync(ctx context.Context) error {
 	s.missingLogged = false
 	klog.V(2).InfoS("Node capacity annotation updated", "node", s.node, "annotation", s.key, "value", s.desired)
 	return nil
+}
+
+// worthWriting tells whether the annotation value desired should replace
+// known: known is not in the form the agent writes, or lists other classes
+// or sizes, or a class's free bytes moved by minChange of known's or more,
+// or to or from 0.
+func worthWriting(known, desired string, minChange float64) bool {
+	if known == desired {
+		return false
+	}
+	k, err := kube.DecodeStorageTopology(known)
+	if err != nil || kube.EncodeStorageTopology(k) != known {
+		return true
+	}
+	d, err := kube.DecodeStorageTopology(desired)
+	if err != nil || len(d) != len(k) {
+		return true
+	}
+	for i := range k {
+		a, b := k[i], d[i]
+		if a.Type != b.Type || a.Name != b.Name || a.DeviceClass != b.DeviceClass || a.Capacity != b.Capacity ||
+			(a.Free == 0) != (b.Free == 0) {
+			return true
+		}
+		moved := float64(max(a.Free, b.Free) - min(a.Free, b.Free))
+		if moved > 0 && moved >= minChange*float64(a.Free) {
+			return true
+		}
+	}
+	return false
 }
 
 // logFailure logs a missing Node once until it appears, and other errors each time.

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -49,11 +50,14 @@ func TestStorageTopology(t *testing.T) {
 
 const ncNode = "node-capacity"
 
-func ncStart(t *testing.T, client *fake.Clientset) *NodeCapacity {
+func ncStart(t *testing.T, client *fake.Clientset, minChange ...float64) *NodeCapacity {
 	t.Helper()
 	n := NewNodeCapacity(client, ncNode, kube.DefaultCapacityAnnotation, nil, nil)
 	n.Debounce = 100 * time.Millisecond
 	n.Retry.Duration, n.Retry.Cap = 20*time.Millisecond, 50*time.Millisecond
+	for _, m := range minChange {
+		n.MinChange = m
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { n.Run(ctx); close(done) }()
@@ -113,6 +117,58 @@ func TestNodeCapacityWritesOncePerChange(t *testing.T) {
 	node, err := client.CoreV1().Nodes().Get(context.Background(), ncNode, metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, "kept", node.Annotations["other"], "only our key is written")
+}
+
+func TestWorthWriting(t *testing.T) {
+	enc := func(free ...uint64) string {
+		var e []kube.StorageCapacity
+		for i, f := range free {
+			name := fmt.Sprintf("vg%d", i)
+			e = append(e, kube.StorageCapacity{Type: "lvm", Name: name, Capacity: 1000, Free: f, DeviceClass: name})
+		}
+		return kube.EncodeStorageTopology(e)
+	}
+	for _, tc := range []struct {
+		name           string
+		known, desired string
+		minChange      float64
+		want           bool
+	}{
+		{"equal", enc(500), enc(500), 0.01, false},
+		{"under the fraction of free shown", enc(500), enc(496), 0.01, false},
+		{"at it", enc(500), enc(495), 0.01, true},
+		{"growing, under it", enc(500), enc(504), 0.01, false},
+		{"growing, at it", enc(500), enc(505), 0.01, true},
+		{"0: every change", enc(500), enc(499), 0, true},
+		{"to 0", enc(1), enc(0), 0.01, true},
+		{"from 0", enc(0), enc(1), 0.01, true},
+		{"one class of two", enc(500, 800), enc(500, 700), 0.01, true},
+		{"a class more", enc(500), enc(500, 800), 0.01, true},
+		{"another size", enc(500), `[{"type":"lvm","name":"vg0","capacity":2000,"free":500,"deviceClass":"vg0"}]`, 0.01, true},
+		{"known without free (the original format)", `[{"type":"lvm","name":"vg0","capacity":1000}]`, enc(1000), 0.01, true},
+		{"known unreadable", "", enc(500), 0.01, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, worthWriting(tc.known, tc.desired, tc.minChange))
+		})
+	}
+}
+
+// Small changes add up: the annotation is written once they reach MinChange
+// of the free bytes it shows.
+func TestNodeCapacityMinChange(t *testing.T) {
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: ncNode}})
+	n := ncStart(t, client, 0.1)
+	n.Update(ncCaps(1000))
+	ncWaitAnnotation(t, client, storageTopology(ncCaps(1000), nil))
+	for _, free := range []uint64{980, 950, 920} { // under 10% of 1000: not written
+		n.Update(ncCaps(free))
+		time.Sleep(150 * time.Millisecond)
+	}
+	assert.Equal(t, 1, ncNodePatches(client))
+	n.Update(ncCaps(900)) // 10% of 1000
+	ncWaitAnnotation(t, client, storageTopology(ncCaps(900), nil))
+	assert.Equal(t, 2, ncNodePatches(client))
 }
 
 // After a restart the agent reads the Node first: an unchanged value is not written.

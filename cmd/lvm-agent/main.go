@@ -58,6 +58,7 @@ type options struct {
 	metricsAddress                       string
 	dmControl                            string
 	capacityAnnotation                   string
+	capacityMinChange                    float64
 	gc                                   gcOptions
 	meta                                 metadataOptions
 }
@@ -91,6 +92,7 @@ func agentMain(args []string) int {
 	fs.StringVar(&o.metricsAddress, "metrics-address", ":8495", "serve /metrics, /healthz and /readyz here (empty: off)")
 	fs.StringVar(&o.dmControl, "device-mapper-control", "/dev/mapper/control", "device-mapper control node, to confirm LV devices and report thin-pool usage (empty: off; unreadable: noted once, then off)")
 	fs.StringVar(&o.capacityAnnotation, "node-capacity-annotation", kube.DefaultCapacityAnnotation, "Node annotation kept up to date with each device class's size and free bytes (empty: off)")
+	fs.Float64Var(&o.capacityMinChange, "node-capacity-min-change", agent.DefaultCapacityMinChange, "smallest change of a device class's free bytes written to the Node capacity annotation, as a fraction of the free bytes it shows (0: every change)")
 	o.gc.addFlags(fs)
 	o.meta.addFlags(fs)
 	logs.addFlags(fs)
@@ -181,6 +183,7 @@ func run(o options) error {
 	}
 	if o.capacityAnnotation != "" {
 		nodeCapacity := agent.NewNodeCapacity(client, o.nodeName, o.capacityAnnotation, classes, metrics)
+		nodeCapacity.MinChange = o.capacityMinChange
 		capacity.OnChange = nodeCapacity.Update
 		go nodeCapacity.Run(ctx)
 	}

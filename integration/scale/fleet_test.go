@@ -112,3 +112,20 @@ func TestHeadlines(t *testing.T) {
 	printFleet(&out, config{}, fleetConfig{}, &fleetResult{rows: rows, bursts: []fleetBurst{b}})
 	assert.Contains(t, out.String(), "burst, labelled, N=100: 1.050 x one node's floor (goal <= 1.10)")
 }
+
+func TestRequestsPer(t *testing.T) {
+	work := metrics{
+		`apiserver_request_total{code="200",resource="persistentvolumeclaims",verb="PATCH"}`:     2000,
+		`apiserver_request_total{code="409",resource="persistentvolumeclaims",verb="PATCH"}`:     100,
+		`apiserver_request_total{code="201",resource="events",verb="POST"}`:                      1000,
+		`apiserver_request_total{code="200",resource="nodes",subresource="status",verb="PATCH"}`: 5,
+		`apiserver_request_total{code="200",resource="leases",verb="PUT"}`:                       40,
+		`apiserver_watch_events_total{kind="Node"}`:                                              7,
+	}
+	idle := metrics{`apiserver_request_total{code="200",resource="leases",verb="PUT"}`: 20}
+	// 20 s of work, 10 s of idle: the leases are all idle (40 - 20 x 2).
+	got := requestsPer(work, idle, 20, 10, 1000)
+	assert.Equal(t, "PATCH persistentvolumeclaims 2.10; POST events 1.00", got)
+	assert.Equal(t, "status", label(`x{resource="nodes",subresource="status"}`, "subresource"))
+	assert.Equal(t, "", label(`x{subresource="status"}`, "resource"), "a key that only ends another")
+}

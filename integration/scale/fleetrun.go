@@ -31,6 +31,9 @@ type fleetConfig struct {
 	restartMode  string
 	restartDown  time.Duration
 	idle         time.Duration // the API server's idle cost is sampled this long before the transitions
+	// profileDir, when set, receives a CPU profile of the API server over
+	// each row's transitions, <mode>-<N>.pprof.
+	profileDir string
 }
 
 // fleetRow is one N in one watch mode.
@@ -228,9 +231,20 @@ func fleetRowRun(ctx context.Context, cl *cluster, tb harness.TB, bin, mode stri
 			return err
 		}
 		r.idle = (a0.proc.cpuSeconds - i0.proc.cpuSeconds) / a0.at.Sub(i0.at).Seconds()
+		var profiled <-chan error
+		if fc.profileDir != "" {
+			// Over the writes (transitions / rate): the answers follow them closely.
+			profiled = profileAPIServer(ctx, cl.cp, int(float64(fc.transitions)/fc.rate),
+				filepath.Join(fc.profileDir, fmt.Sprintf("%s-%d.pprof", mode, n)))
+		}
 		lat, _, failed, err := cl.requests(ctx, obs, names, node, fc.rate, cl.cfg.createWorkers, 30*time.Minute)
 		if err != nil {
 			return err
+		}
+		if profiled != nil {
+			if err := <-profiled; err != nil {
+				logf("  API server profile: %v", err)
+			}
 		}
 		time.Sleep(time.Second) // the answers' Events and watch deliveries settle
 		a1, err := sampleAPIServer(ctx, cl.cp)
@@ -239,6 +253,10 @@ func fleetRowRun(ctx context.Context, cl *cluster, tb harness.TB, bin, mode stri
 		}
 		r.work = apiCostBetween(a0, a1)
 		r.seconds = a1.at.Sub(a0.at).Seconds()
+		wd := a1.m.sub(a0.m)
+		logf("  API server requests per transition, net of idle: %s; in all %.0f requests, %.0f authentications (idle %.1f/s)",
+			requestsPer(wd, a0.m.sub(i0.m), r.seconds, a0.at.Sub(i0.at).Seconds(), len(lat)),
+			wd.sum("apiserver_request_total"), wd.sum("authentication_attempts"), a0.m.sub(i0.m).sum("authentication_attempts")/a0.at.Sub(i0.at).Seconds())
 		r.transitions, r.failed = len(lat), failed
 		r.p50, r.p99 = percentile(lat, 0.5), percentile(lat, 0.99)
 		if r.agents, _, err = f.stats(); err != nil {

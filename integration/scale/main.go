@@ -74,6 +74,7 @@ func main() {
 	flag.IntVar(&fc.burstNodes, "burst-nodes", 100, "cluster mode: at this N, the cluster-wide burst (0: none)")
 	flag.IntVar(&fc.burstPerNode, "burst-per-node", 100, "cluster mode: creates per node in the burst")
 	flag.DurationVar(&fc.burstLatency, "burst-lvmd-latency", time.Second, "cluster mode: the fake lvmd's latency per operation in the burst")
+	flag.StringVar(&fc.profileDir, "apiserver-profile", "", "cluster mode: write a CPU profile of the API server over each row's transitions into this directory, <mode>-<N>.pprof")
 	burstModes := flag.String("burst-modes", "labelled,all", "cluster mode: watch modes of the burst")
 	flag.IntVar(&fc.restartNodes, "restart-nodes", 300, "cluster mode: at this N, restart the API server under the fleet (0: none)")
 	flag.StringVar(&fc.restartMode, "restart-mode", "hybrid", "cluster mode: watch mode of the restart")
