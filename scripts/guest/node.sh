@@ -218,7 +218,7 @@ bench() {
         v[5] = T[n " created_ann"] - T[n " creating"]; v[6] = T[n " pv"] - T[n " created_ann"]
         v[7] = T[n " node"] - T[n " pv"]; v[8] = T[n " mount"] - T[n " node"]
         v[9] = T[n " running"] - T[n " mount"]; v[10] = T[n " running"] - T[n " created"]
-        printf "%-8s", n; for (m = 1; m <= 10; m++) printf " %8.3f", v[m]; printf " %7.1f%%\n", v[10] > 0 ? 100 * v[3] / v[10] : -1
+        printf "%-8s", n; for (m = 1; m <= 10; m++) printf " %8.3f", v[m]; printf " %7.1f%%\n", (v[10] > 0 ? 100 * v[3] / v[10] : -1) # parenthesised: a bare > would redirect
       }
     }' "$w/watch.log" "$w/agent.log" "$w/lvmd.log" "$CLUSTER_DIR/logs/kubelet.log" | tee "$w/runs.txt"
   # The median of each column (runs is odd by default: the middle value).
