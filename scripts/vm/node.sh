@@ -22,8 +22,11 @@ t0=$SECONDS
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 echo "node: host load at the start: $(load)"
 
+# helm only for --install helm: a cold build of it costs minutes.
+helm=
+case " $* " in *" --install helm "*) helm=helm ;; esac
 files=$("$here/guest-files.sh" --stage etcd kube-apiserver kube-controller-manager kube-scheduler \
-  kubelet kubectl kube-proxy containerd containerd-shim-runc-v2 ctr lvm-devcluster images helm)
+  kubelet kubectl kube-proxy containerd containerd-shim-runc-v2 ctr lvm-devcluster images $helm)
 trap 'rm -rf "$files"' EXIT
 cp -a "$root/deploy" "$files/deploy"
 cp -a "$root/charts" "$files/charts"
