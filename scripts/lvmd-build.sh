@@ -2,6 +2,7 @@
 # Builds the two real lvmd daemons the agent talks to, static (CGO_ENABLED=0) so
 # they run in the initramfs guest, into a cache keyed by version; prints the
 # directory. Skips a build when its binary is already cached.
+#   scripts/lvmd-build.sh [lvmd|google-lvmd ...]   (default: both)
 #   lvmd         topolvm's lvmd (unix socket)
 #   google-lvmd  google/lvmd's server (TCP, execs lvs/vgs/... by bare name)
 # Neither can be `go install`ed: the proxy refuses to list their versions, so
@@ -52,7 +53,15 @@ build_google() {
   log "google-lvmd built in $((SECONDS - t0)) s"
 }
 
+# NAME... (lvmd, google-lvmd; default both): build only these.
 mkdir -p "$OUT"
-build_topolvm
-build_google
+names=("$@")
+[ $# -gt 0 ] || names=(lvmd google-lvmd)
+for n in "${names[@]}"; do
+  case $n in
+    lvmd) build_topolvm ;;
+    google-lvmd) build_google ;;
+    *) log "unknown daemon $n"; exit 2 ;;
+  esac
+done
 echo "$OUT"

@@ -52,8 +52,12 @@ for w in "${want[@]}"; do
   esac
 done
 assets=$("$root/scripts/kube-assets.sh" "${kube[@]}")
-lvmd=$("$root/scripts/lvmd-build.sh")
-prebuilt=("$assets/etcd" "$assets/kube-apiserver" "$lvmd/lvmd" "$lvmd/google-lvmd")
+# google/lvmd only when named or for the suite (guest.test): the cluster runs topolvm's.
+daemons=(lvmd)
+case " ${want[*]} " in *" guest.test "* | *" google-lvmd "*) daemons+=(google-lvmd) ;; esac
+lvmd=$("$root/scripts/lvmd-build.sh" "${daemons[@]}")
+prebuilt=("$assets/etcd" "$assets/kube-apiserver")
+for d in "${daemons[@]}"; do prebuilt+=("$lvmd/$d"); done
 for w in "${kube[@]}"; do prebuilt+=("$assets/$w"); done
 if [ ${#containerd[@]} -gt 0 ]; then
   cdir=$("$root/scripts/containerd-build.sh")

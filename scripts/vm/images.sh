@@ -31,7 +31,7 @@ gobuild() { (cd "$root" && go build -trimpath -ldflags "-s -w $("$root/scripts/v
 gobuild -o "$work/images" ./scripts/images
 gobuild -o "$work/pause" ./scripts/images/pause
 for arch in ${IMAGE_ARCHES:-amd64 arm64}; do GOARCH=$arch gobuild -o "$work/lvm-agent-$arch" ./cmd/lvm-agent; done
-lvmd=$("$root/scripts/lvmd-build.sh")
+lvmd=$("$root/scripts/lvmd-build.sh" lvmd)
 
 # busybox-static from Debian's archive, once.
 debs=$CACHE/images/debs
