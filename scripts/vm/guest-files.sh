@@ -51,19 +51,24 @@ for w in "${want[@]}"; do
     helm) helm=1 ;;
   esac
 done
-assets=$("$root/scripts/kube-assets.sh" "${kube[@]}")
 # google/lvmd only when named or for the suite (guest.test): the cluster runs topolvm's.
 daemons=(lvmd)
 case " ${want[*]} " in *" guest.test "* | *" google-lvmd "*) daemons+=(google-lvmd) ;; esac
-lvmd=$("$root/scripts/lvmd-build.sh" "${daemons[@]}")
+# lvmd, containerd and helm build beside etcd and Kubernetes: cold, each
+# build has phases that leave a core idle (module downloads, links).
+dirs=$(mktemp -d)
+trap 'rm -rf "$dirs"' EXIT
+pids=()
+"$root/scripts/lvmd-build.sh" "${daemons[@]}" >"$dirs/lvmd" & pids+=($!)
+[ ${#containerd[@]} -eq 0 ] || { "$root/scripts/containerd-build.sh" >"$dirs/containerd" & pids+=($!); }
+[ -z "$helm" ] || { "$root/scripts/helm.sh" >"$dirs/helm" & pids+=($!); }
+assets=$("$root/scripts/kube-assets.sh" "${kube[@]}")
+for p in "${pids[@]}"; do wait "$p"; done # set -e: a failed build ends the script
 prebuilt=("$assets/etcd" "$assets/kube-apiserver")
-for d in "${daemons[@]}"; do prebuilt+=("$lvmd/$d"); done
+for d in "${daemons[@]}"; do prebuilt+=("$(cat "$dirs/lvmd")/$d"); done
 for w in "${kube[@]}"; do prebuilt+=("$assets/$w"); done
-if [ ${#containerd[@]} -gt 0 ]; then
-  cdir=$("$root/scripts/containerd-build.sh")
-  for w in "${containerd[@]}"; do prebuilt+=("$cdir/$w"); done
-fi
-[ -z "$helm" ] || prebuilt+=("$("$root/scripts/helm.sh")")
+for w in "${containerd[@]}"; do prebuilt+=("$(cat "$dirs/containerd")/$w"); done
+[ -z "$helm" ] || prebuilt+=("$(cat "$dirs/helm")")
 for f in "${prebuilt[@]}"; do
   ln -f "$f" "$OUT/" 2>/dev/null || cp -f "$f" "$OUT/"
 done
