@@ -68,13 +68,24 @@ func TestWatchModes(t *testing.T) {
 				assert.Equal(t, kube.StateCreating, o.GetAnnotations()[kube.AnnLifecycle], "labelled mode sees only labelled requests")
 			}
 
-			m := scrape(t, addr)
+			pvcPatch := `lvm_agent_kube_requests_total{code="200",resource="persistentvolumeclaims",verb="patch"}`
+			pvPatch := `lvm_agent_kube_requests_total{code="200",resource="persistentvolumes",verb="patch"}`
 			answered := 1.0
 			if c.answersUnlabelled {
 				answered = 2
-				assert.Equal(t, 1.0, m[`lvm_agent_kube_requests_total{code="200",resource="persistentvolumes",verb="patch"}`], "one write per transition")
 			}
-			assert.Equal(t, answered, m[`lvm_agent_kube_requests_total{code="200",resource="persistentvolumeclaims",verb="patch"}`], "one write per transition")
+			// The agent counts a write once its client has the response,
+			// which can be after this test saw the write: wait for the
+			// counts, then check that there is no more than one per transition.
+			waitMetricFunc(t, addr, pvcPatch, func(v float64) bool { return v >= answered })
+			if c.answersUnlabelled {
+				waitMetricFunc(t, addr, pvPatch, func(v float64) bool { return v >= 1 })
+			}
+			m := scrape(t, addr)
+			if c.answersUnlabelled {
+				assert.Equal(t, 1.0, m[pvPatch], "one write per transition")
+			}
+			assert.Equal(t, answered, m[pvcPatch], "one write per transition")
 			assert.Zero(t, m[`lvm_agent_kube_requests_total{code="409",resource="persistentvolumeclaims",verb="patch"}`])
 			assert.Greater(t, m[`lvm_agent_kube_received_bytes_total{resource="persistentvolumeclaims",verb="watch"}`], 0.0)
 			assert.Greater(t, m[`lvm_agent_kube_watch_events_total{resource="persistentvolumeclaims"}`], 0.0)
