@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
 	"github.com/lvm-agent/lvm-agent/agent"
@@ -143,8 +144,7 @@ func status(ctx context.Context, c kubernetes.Interface, o statusOptions) error 
 	if lvs != nil {
 		devs, dmNote = readDevices(ctx, o.dmControl)
 	}
-	check := statusCheck{node: kube.Node{Name: o.node, Drivers: splitList(o.drivers), Provisioners: []string{kube.DefaultProvisioner}},
-		classes: classes, lvs: lvs, devs: devs, now: time.Now(), stuckAfter: o.stuckAfter}
+	check := statusCheck{node: o.kubeNode(ctx, c), classes: classes, lvs: lvs, devs: devs, now: time.Now(), stuckAfter: o.stuckAfter}
 	rep := check.report(pvcs.Items, pvs.Items)
 	rep.DeviceState = dmNote
 	if lvmdErr != nil {
@@ -161,6 +161,20 @@ func status(ctx context.Context, c kubernetes.Interface, o statusOptions) error 
 		return errProblems
 	}
 	return nil
+}
+
+// kubeNode is the node whose requests status shows (Name "": every node).
+// Like the agent, it reads the Node's hostname label: a local PV's affinity
+// names that label's value, which may differ from the node name.
+func (o statusOptions) kubeNode(ctx context.Context, c kubernetes.Interface) kube.Node {
+	node := kube.Node{Name: o.node, Drivers: splitList(o.drivers), Provisioners: []string{kube.DefaultProvisioner}}
+	if node.Name != "" {
+		var err error
+		if node.Hostname, err = kube.NodeHostname(ctx, c, node.Name); err != nil {
+			klog.ErrorS(err, "Cannot read this Node's hostname label; local PVs are matched with the node name", "node", node.Name)
+		}
+	}
+	return node
 }
 
 // statusCheck is what the API side is compared with.

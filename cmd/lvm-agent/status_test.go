@@ -140,3 +140,30 @@ func TestLoneCheck(t *testing.T) {
 		assert.Equal(t, [2]string{tc.check, tc.detail}, [2]string{check, detail})
 	}
 }
+
+// A local PV's affinity names the Node's kubernetes.io/hostname label; where
+// that differs from the node name, status shows the PVs the agent serves.
+func TestStatusLocalPVByHostname(t *testing.T) {
+	localPV := func(name, host string) corev1.PersistentVolume {
+		return corev1.PersistentVolume{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{
+				kube.AnnLifecycle: kube.StateDeleting, kube.AnnProvisionedBy: kube.DefaultProvisioner}},
+			Spec: corev1.PersistentVolumeSpec{
+				PersistentVolumeSource: corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: "/dev/vg1/" + name}},
+				NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+					MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{host}}}}}}},
+			}}
+	}
+	pvs := []corev1.PersistentVolume{localPV("by-label", "host-1"), localPV("by-name", "node-1")}
+	rows := func(c *fake.Clientset) []string {
+		n := statusOptions{node: "node-1"}.kubeNode(context.Background(), c)
+		var names []string
+		for _, r := range (statusCheck{node: n, now: time.Now(), stuckAfter: time.Minute}).report(nil, pvs).Volumes {
+			names = append(names, r.Object)
+		}
+		return names
+	}
+	labelled := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", Labels: map[string]string{corev1.LabelHostname: "host-1"}}})
+	assert.Equal(t, []string{"pv/by-label"}, rows(labelled))
+	assert.Equal(t, []string{"pv/by-name"}, rows(fake.NewClientset()), "no Node: matched with the node name")
+}
