@@ -25,10 +25,13 @@ const burstNS = "bench"
 type observer struct {
 	mu       sync.Mutex
 	answered map[string]time.Time
-	failed   map[string]string
-	waiters  map[string]chan struct{}
-	cancel   context.CancelFunc
-	done     chan struct{}
+	// requested is when each PVC was first seen with an open create
+	// request: what a watcher (an agent's too) sees of a request's write.
+	requested map[string]time.Time
+	failed    map[string]string
+	waiters   map[string]chan struct{}
+	cancel    context.CancelFunc
+	done      chan struct{}
 }
 
 // observe starts a watch from the namespace's current resourceVersion.
@@ -50,7 +53,7 @@ func observeWith(ctx context.Context, c kubernetes.Interface) (*observer, error)
 		cancel()
 		return nil, err
 	}
-	o := &observer{answered: map[string]time.Time{}, failed: map[string]string{}, waiters: map[string]chan struct{}{},
+	o := &observer{answered: map[string]time.Time{}, requested: map[string]time.Time{}, failed: map[string]string{}, waiters: map[string]chan struct{}{},
 		cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(o.done)
@@ -62,6 +65,13 @@ func observeWith(ctx context.Context, c kubernetes.Interface) (*observer, error)
 				continue
 			}
 			state := pvc.Annotations[kube.AnnLifecycle]
+			if state == kube.StateCreating {
+				o.mu.Lock()
+				if _, seen := o.requested[pvc.Name]; !seen {
+					o.requested[pvc.Name] = now
+				}
+				o.mu.Unlock()
+			}
 			if state != kube.StateCreated && state != kube.StateFailed {
 				continue
 			}
@@ -89,6 +99,14 @@ func (o *observer) answer(name string) (time.Time, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	t, ok := o.answered[name]
+	return t, ok
+}
+
+// request is when name was first seen with an open create request.
+func (o *observer) request(name string) (time.Time, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	t, ok := o.requested[name]
 	return t, ok
 }
 

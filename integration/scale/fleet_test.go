@@ -129,3 +129,34 @@ func TestRequestsPer(t *testing.T) {
 	assert.Equal(t, "status", label(`x{resource="nodes",subresource="status"}`, "subresource"))
 	assert.Equal(t, "", label(`x{subresource="status"}`, "resource"), "a key that only ends another")
 }
+
+func TestBurstAttribution(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	// Node a: its two requests seen at 1 s and 2 s, answered at 3 s and 5 s:
+	// nothing open for its first second only. Node b: seen at 0.5 s,
+	// answered at 2 s, the next seen at 4 s, answered at 6 s: nothing open
+	// for 0.5 s + 2 s.
+	names := []string{"a0", "b0", "a1", "b1"}
+	node := func(i int) string { return names[i][:1] }
+	obs := &observer{requested: map[string]time.Time{"a0": at(1), "b0": at(0.5), "a1": at(2), "b1": at(4)},
+		answered: map[string]time.Time{"a0": at(3), "b0": at(2), "a1": at(5), "b1": at(6)}}
+	rr := requestsResult{total: 6 * time.Second,
+		sent:    []time.Time{at(0), at(0), at(0.4), at(3.5)},
+		written: []time.Time{at(0.2), at(0.3), at(0.5), at(3.9)}}
+	b := fleetBurst{nodes: 2, n: 4, latency: time.Second, slept: 1100 * time.Millisecond, agentCPU: 2}
+	b0 := burstSample{host: 10, api: apiSample{proc: procStats{cpuSeconds: 1}}, etcd: procStats{cpuSeconds: 1}, bench: procStats{cpuSeconds: 1}, agents: metrics{}}
+	b1 := burstSample{host: 16, api: apiSample{proc: procStats{cpuSeconds: 3}}, etcd: procStats{cpuSeconds: 1.5}, bench: procStats{cpuSeconds: 1.5}, agents: metrics{}}
+	w := attribute(b, b0, b1, rr, obs, names, node)
+
+	assert.Equal(t, 3900*time.Millisecond, w.writeSpan, "first sent -> last written")
+	assert.Equal(t, 1750*time.Millisecond, w.starved, "mean of 1 s and 2.5 s")
+	assert.Equal(t, 2500*time.Millisecond, w.starvedMax)
+	assert.Equal(t, 5500*time.Millisecond, w.nodeSpan, "mean of 5 s and 6 s")
+	assert.InDelta(t, 5.0, w.ours(), 1e-9, "2 + 0.5 + 0.5 + 2")
+	assert.InDelta(t, 1.0, w.hostCPU-w.ours(), 1e-9, "the host's other jobs")
+	late, starved, rest := w.over()
+	assert.Equal(t, 200*time.Millisecond, late, "two sleeps 100 ms late")
+	assert.Equal(t, w.starved, starved)
+	assert.Equal(t, 5500*time.Millisecond-2*time.Second-late-starved, rest)
+}
