@@ -16,8 +16,11 @@ import (
 // issue names, measured over the burst, so that the bench output says which
 // resource saturated rather than leaving it to a guess.
 type burstWhy struct {
-	wall  time.Duration
-	cores int
+	wall time.Duration // first request sent -> last answer seen
+	// cpuWall is the time between the CPU samples (the scrapes of 100
+	// agents' /metrics make it longer than wall): the shares' denominator.
+	cpuWall time.Duration
+	cores   int
 	// CPU seconds over the burst of the API server, etcd, the agents (sum)
 	// and this process (the writers, the observer and every fake lvmd).
 	apiCPU, etcdCPU, agentsCPU, benchCPU float64
@@ -55,7 +58,7 @@ type burstWhy struct {
 }
 
 // share is CPU seconds over the burst as a share of the host's cores.
-func (w burstWhy) share(cpu float64) float64 { return cpu / (float64(w.cores) * w.wall.Seconds()) }
+func (w burstWhy) share(cpu float64) float64 { return cpu / (float64(w.cores) * w.cpuWall.Seconds()) }
 
 func (w burstWhy) ours() float64 { return w.apiCPU + w.etcdCPU + w.agentsCPU + w.benchCPU }
 
@@ -153,7 +156,7 @@ func etcdStats(cp *harness.ControlPlane) (procStats, error) {
 
 // attribute fills a burstWhy from the samples around the burst and its requests.
 func attribute(b fleetBurst, b0, b1 burstSample, rr requestsResult, obs *observer, names []string, node func(int) string) burstWhy {
-	w := burstWhy{wall: rr.total, cores: runtime.NumCPU(), agentsCPU: b.agentCPU, hostCPU: b1.host - b0.host,
+	w := burstWhy{wall: rr.total, cpuWall: b1.api.at.Sub(b0.api.at), cores: runtime.NumCPU(), agentsCPU: b.agentCPU, hostCPU: b1.host - b0.host,
 		latency: b.latency, slept: b.slept, creates: b.n / max(b.nodes, 1),
 		apiCPU: b1.api.proc.cpuSeconds - b0.api.proc.cpuSeconds, etcdCPU: b1.etcd.cpuSeconds - b0.etcd.cpuSeconds,
 		benchCPU: b1.bench.cpuSeconds - b0.bench.cpuSeconds}
@@ -235,8 +238,8 @@ func later(a, b time.Time) time.Time {
 func (w burstWhy) lines(printf func(string, ...any), indent string) {
 	p := func(format string, args ...any) { printf(indent+format, args...) }
 	s := func(d time.Duration) string { return secs(d) + " s" }
-	p("CPU over the %s: API server %.1f s, etcd %.1f s, agents %.1f s, bench (writers, watch, fake lvmds) %.1f s = %.0f%% of %d cores; the host's other jobs %.1f s (%.0f%%): busy %.0f%%",
-		s(w.wall), w.apiCPU, w.etcdCPU, w.agentsCPU, w.benchCPU, 100*w.share(w.ours()), w.cores,
+	p("CPU over the %s (%s between the samples): API server %.1f s, etcd %.1f s, agents %.1f s, bench (writers, watch, fake lvmds) %.1f s = %.0f%% of %d cores; the host's other jobs %.1f s (%.0f%%): busy %.0f%%",
+		s(w.wall), s(w.cpuWall), w.apiCPU, w.etcdCPU, w.agentsCPU, w.benchCPU, 100*w.share(w.ours()), w.cores,
 		max(w.hostCPU-w.ours(), 0), 100*w.share(max(w.hostCPU-w.ours(), 0)), 100*w.share(w.hostCPU))
 	p("requests: all written in %s (the bench's PATCH p50 %s, p99 %s; the API server's PVC PATCH p50 %s, p99 %s); write -> seen by a watch p50 %s, p99 %s",
 		s(w.writeSpan), s(w.writeP50), s(w.writeP99), s(w.apiPatchP50), s(w.apiPatchP99), s(w.seenP50), s(w.seenP99))

@@ -145,8 +145,8 @@ func TestBurstAttribution(t *testing.T) {
 		sent:    []time.Time{at(0), at(0), at(0.4), at(3.5)},
 		written: []time.Time{at(0.2), at(0.3), at(0.5), at(3.9)}}
 	b := fleetBurst{nodes: 2, n: 4, latency: time.Second, slept: 1100 * time.Millisecond, agentCPU: 2}
-	b0 := burstSample{host: 10, api: apiSample{proc: procStats{cpuSeconds: 1}}, etcd: procStats{cpuSeconds: 1}, bench: procStats{cpuSeconds: 1}, agents: metrics{}}
-	b1 := burstSample{host: 16, api: apiSample{proc: procStats{cpuSeconds: 3}}, etcd: procStats{cpuSeconds: 1.5}, bench: procStats{cpuSeconds: 1.5}, agents: metrics{}}
+	b0 := burstSample{host: 10, api: apiSample{at: at(0), proc: procStats{cpuSeconds: 1}}, etcd: procStats{cpuSeconds: 1}, bench: procStats{cpuSeconds: 1}, agents: metrics{}}
+	b1 := burstSample{host: 16, api: apiSample{at: at(10), proc: procStats{cpuSeconds: 3}}, etcd: procStats{cpuSeconds: 1.5}, bench: procStats{cpuSeconds: 1.5}, agents: metrics{}}
 	w := attribute(b, b0, b1, rr, obs, names, node)
 
 	assert.Equal(t, 3900*time.Millisecond, w.writeSpan, "first sent -> last written")
@@ -155,6 +155,7 @@ func TestBurstAttribution(t *testing.T) {
 	assert.Equal(t, 5500*time.Millisecond, w.nodeSpan, "mean of 5 s and 6 s")
 	assert.InDelta(t, 5.0, w.ours(), 1e-9, "2 + 0.5 + 0.5 + 2")
 	assert.InDelta(t, 1.0, w.hostCPU-w.ours(), 1e-9, "the host's other jobs")
+	assert.InDelta(t, 6.0/(float64(w.cores)*10), w.share(w.hostCPU), 1e-9, "over the 10 s between the samples")
 	late, starved, rest := w.over()
 	assert.Equal(t, 200*time.Millisecond, late, "two sleeps 100 ms late")
 	assert.Equal(t, w.starved, starved)
