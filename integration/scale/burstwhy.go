@@ -73,19 +73,27 @@ func (w burstWhy) over() (late, starved, rest time.Duration) {
 
 // burstSample is what the attribution reads before and after the burst.
 type burstSample struct {
-	host   float64 // CPU seconds of every process on the host
-	api    apiSample
-	etcd   procStats
-	bench  procStats
-	agents metrics // every agent's /metrics, summed series by series
+	// at, host and apiCPU are read together, before the scrapes: CPU
+	// seconds of every process on the host and of the API server.
+	at           time.Time
+	host, apiCPU float64
+	api          apiSample
+	etcd         procStats
+	bench        procStats
+	agents       metrics // every agent's /metrics, summed series by series
 }
 
 func sampleBurst(s apiSample, cp *harness.ControlPlane, f *fleet) (burstSample, error) {
-	b := burstSample{api: s, agents: metrics{}}
+	b := burstSample{at: time.Now(), api: s, agents: metrics{}}
 	var err error
 	if b.host, err = hostCPUSeconds(); err != nil {
 		return b, err
 	}
+	p, err := pidStats(s.pid)
+	if err != nil {
+		return b, err
+	}
+	b.apiCPU = p.cpuSeconds
 	if b.etcd, err = etcdStats(cp); err != nil {
 		return b, err
 	}
@@ -156,9 +164,9 @@ func etcdStats(cp *harness.ControlPlane) (procStats, error) {
 
 // attribute fills a burstWhy from the samples around the burst and its requests.
 func attribute(b fleetBurst, b0, b1 burstSample, rr requestsResult, obs *observer, names []string, node func(int) string) burstWhy {
-	w := burstWhy{wall: rr.total, cpuWall: b1.api.at.Sub(b0.api.at), cores: runtime.NumCPU(), agentsCPU: b.agentCPU, hostCPU: b1.host - b0.host,
+	w := burstWhy{wall: rr.total, cpuWall: b1.at.Sub(b0.at), cores: runtime.NumCPU(), agentsCPU: b.agentCPU, hostCPU: b1.host - b0.host,
 		latency: b.latency, slept: b.slept, creates: b.n / max(b.nodes, 1),
-		apiCPU: b1.api.proc.cpuSeconds - b0.api.proc.cpuSeconds, etcdCPU: b1.etcd.cpuSeconds - b0.etcd.cpuSeconds,
+		apiCPU: b1.apiCPU - b0.apiCPU, etcdCPU: b1.etcd.cpuSeconds - b0.etcd.cpuSeconds,
 		benchCPU: b1.bench.cpuSeconds - b0.bench.cpuSeconds}
 	var first, last time.Time
 	wr := make([]time.Duration, len(names))

@@ -9,8 +9,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/lvm-agent/lvm-agent/integration/harness"
+	"github.com/lvm-agent/lvm-agent/kube"
 )
 
 // A kube-apiserver's /metrics as it prints them (shortened).
@@ -145,8 +148,8 @@ func TestBurstAttribution(t *testing.T) {
 		sent:    []time.Time{at(0), at(0), at(0.4), at(3.5)},
 		written: []time.Time{at(0.2), at(0.3), at(0.5), at(3.9)}}
 	b := fleetBurst{nodes: 2, n: 4, latency: time.Second, slept: 1100 * time.Millisecond, agentCPU: 2}
-	b0 := burstSample{host: 10, api: apiSample{at: at(0), proc: procStats{cpuSeconds: 1}}, etcd: procStats{cpuSeconds: 1}, bench: procStats{cpuSeconds: 1}, agents: metrics{}}
-	b1 := burstSample{host: 16, api: apiSample{at: at(10), proc: procStats{cpuSeconds: 3}}, etcd: procStats{cpuSeconds: 1.5}, bench: procStats{cpuSeconds: 1.5}, agents: metrics{}}
+	b0 := burstSample{at: at(0), host: 10, apiCPU: 1, etcd: procStats{cpuSeconds: 1}, bench: procStats{cpuSeconds: 1}, agents: metrics{}}
+	b1 := burstSample{at: at(10), host: 16, apiCPU: 3, etcd: procStats{cpuSeconds: 1.5}, bench: procStats{cpuSeconds: 1.5}, agents: metrics{}}
 	w := attribute(b, b0, b1, rr, obs, names, node)
 
 	assert.Equal(t, 3900*time.Millisecond, w.writeSpan, "first sent -> last written")
@@ -160,4 +163,37 @@ func TestBurstAttribution(t *testing.T) {
 	assert.Equal(t, 200*time.Millisecond, late, "two sleeps 100 ms late")
 	assert.Equal(t, w.starved, starved)
 	assert.Equal(t, 5500*time.Millisecond-2*time.Second-late-starved, rest)
+}
+
+func TestObserverRecord(t *testing.T) {
+	o := &observer{answered: map[string]time.Time{}, requested: map[string]time.Time{}, failed: map[string]string{}, waiters: map[string]chan struct{}{}}
+	pvc := func(name, state string) *corev1.PersistentVolumeClaim {
+		return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name,
+			Annotations: map[string]string{kube.AnnLifecycle: state, kube.AnnReason: "NoSpace", kube.AnnError: "full"}}}
+	}
+	t1, t2 := time.Unix(1, 0), time.Unix(2, 0)
+	wait := make(chan struct{})
+	o.waiters["a"] = wait
+	o.record(pvc("a", kube.StateCreating), t1)
+	o.record(pvc("a", kube.StateCreating), t2) // the first sighting counts
+	got, ok := o.request("a")
+	require.True(t, ok)
+	assert.Equal(t, t1, got)
+	_, ok = o.answer("a")
+	assert.False(t, ok)
+
+	o.record(pvc("a", kube.StateCreated), t2)
+	<-wait // closed by the answer
+	got, _ = o.answer("a")
+	assert.Equal(t, t2, got)
+	o.record(pvc("a", kube.StateCreated), time.Unix(3, 0)) // a re-list's sighting does not move it
+	got, _ = o.answer("a")
+	assert.Equal(t, t2, got)
+	_, failed := o.failure("a")
+	assert.False(t, failed)
+
+	o.record(pvc("b", kube.StateFailed), t2)
+	f, failed := o.failure("b")
+	assert.True(t, failed)
+	assert.Equal(t, "NoSpace: full", f)
 }
