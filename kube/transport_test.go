@@ -2,6 +2,7 @@ package kube
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"io"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
 )
 
 func TestRequestKind(t *testing.T) {
@@ -150,6 +152,41 @@ func TestInstrumentConfig(t *testing.T) {
 	cfg = &rest.Config{ContentConfig: rest.ContentConfig{ContentType: "application/json"}}
 	m.Instrument(cfg, "")
 	assert.Equal(t, "application/json", cfg.ContentType, "empty keeps the config's choice")
+}
+
+func TestInstrumentTimesTheRateLimiter(t *testing.T) {
+	m := NewClientMetrics()
+	cfg := &rest.Config{QPS: 1000, Burst: 1}
+	m.Instrument(cfg, "")
+	require.NotNil(t, cfg.RateLimiter, "the config's QPS and burst, as client-go's own limiter")
+	assert.InDelta(t, 1000, cfg.RateLimiter.QPS(), 0.001)
+	for i := 0; i < 3; i++ {
+		require.NoError(t, cfg.RateLimiter.Wait(context.Background()))
+	}
+	h := histogram(t, m, "lvm_agent_kube_rate_limiter_wait_seconds")
+	assert.Equal(t, uint64(3), h.GetSampleCount())
+	assert.Positive(t, h.GetSampleSum(), "burst 1: the later waits wait for tokens")
+
+	lim := flowcontrol.NewFakeAlwaysRateLimiter()
+	own := &rest.Config{QPS: 5, RateLimiter: lim}
+	m.Instrument(own, "")
+	assert.Same(t, lim, own.RateLimiter, "a limiter set already is kept")
+}
+
+// histogram is the one histogram named name that c collects.
+func histogram(t *testing.T, c prometheus.Collector, name string) *dto.Histogram {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(c))
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetHistogram()
+		}
+	}
+	t.Fatalf("no %s", name)
+	return nil
 }
 
 func TestObjectsReceivedNil(t *testing.T) {

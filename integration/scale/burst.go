@@ -25,10 +25,13 @@ const burstNS = "bench"
 type observer struct {
 	mu       sync.Mutex
 	answered map[string]time.Time
-	failed   map[string]string
-	waiters  map[string]chan struct{}
-	cancel   context.CancelFunc
-	done     chan struct{}
+	// requested is when each PVC was first seen with an open create
+	// request: what a watcher (an agent's too) sees of a request's write.
+	requested map[string]time.Time
+	failed    map[string]string
+	waiters   map[string]chan struct{}
+	cancel    context.CancelFunc
+	done      chan struct{}
 }
 
 // observe starts a watch from the namespace's current resourceVersion.
@@ -36,6 +39,14 @@ func (cl *cluster) observe(ctx context.Context) (*observer, error) { return obse
 
 // observeWith is observe through the client c (e.g. of an API server that
 // does not restart).
+//
+// The watch is a RetryWatcher, which resumes a broken watch but ends when
+// its resourceVersion has expired (410 Gone): an API server that cannot
+// keep up with its watchers (`all` mode's burst on a loaded host) ends the
+// slow ones, and then their resourceVersions are soon compacted. The
+// observer then lists the namespace, takes each PVC's state from the list
+// (an answer first seen there is timed by the list) and watches again from
+// the list's resourceVersion.
 func observeWith(ctx context.Context, c kubernetes.Interface) (*observer, error) {
 	l, err := c.CoreV1().PersistentVolumeClaims(burstNS).List(ctx, metav1.ListOptions{Limit: 1})
 	if err != nil {
@@ -50,36 +61,63 @@ func observeWith(ctx context.Context, c kubernetes.Interface) (*observer, error)
 		cancel()
 		return nil, err
 	}
-	o := &observer{answered: map[string]time.Time{}, failed: map[string]string{}, waiters: map[string]chan struct{}{},
+	o := &observer{answered: map[string]time.Time{}, requested: map[string]time.Time{}, failed: map[string]string{}, waiters: map[string]chan struct{}{},
 		cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(o.done)
-		defer w.Stop()
-		for ev := range w.ResultChan() {
-			now := time.Now()
-			pvc, ok := ev.Object.(*corev1.PersistentVolumeClaim)
-			if !ok || ev.Type == watch.Deleted {
-				continue
-			}
-			state := pvc.Annotations[kube.AnnLifecycle]
-			if state != kube.StateCreated && state != kube.StateFailed {
-				continue
-			}
-			o.mu.Lock()
-			if _, seen := o.answered[pvc.Name]; !seen {
-				o.answered[pvc.Name] = now
-				if state == kube.StateFailed {
-					o.failed[pvc.Name] = pvc.Annotations[kube.AnnReason] + ": " + pvc.Annotations[kube.AnnError]
-				}
-				if ch, ok := o.waiters[pvc.Name]; ok {
-					close(ch)
-					delete(o.waiters, pvc.Name)
+		for {
+			for ev := range w.ResultChan() {
+				if pvc, ok := ev.Object.(*corev1.PersistentVolumeClaim); ok && ev.Type != watch.Deleted {
+					o.record(pvc, time.Now())
 				}
 			}
-			o.mu.Unlock()
+			w.Stop()
+			for ctx.Err() == nil {
+				l, err := c.CoreV1().PersistentVolumeClaims(burstNS).List(ctx, metav1.ListOptions{})
+				if err == nil {
+					now := time.Now()
+					for i := range l.Items {
+						o.record(&l.Items[i], now)
+					}
+					if w, err = watchtools.NewRetryWatcherWithContext(ctx, l.ResourceVersion, lw); err == nil {
+						break
+					}
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
+			}
+			if ctx.Err() != nil {
+				return
+			}
 		}
 	}()
 	return o, nil
+}
+
+// record notes what pvc's state says, seen at now.
+func (o *observer) record(pvc *corev1.PersistentVolumeClaim, now time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	state := pvc.Annotations[kube.AnnLifecycle]
+	if _, seen := o.requested[pvc.Name]; !seen && state == kube.StateCreating {
+		o.requested[pvc.Name] = now
+	}
+	if state != kube.StateCreated && state != kube.StateFailed {
+		return
+	}
+	if _, seen := o.answered[pvc.Name]; seen {
+		return
+	}
+	o.answered[pvc.Name] = now
+	if state == kube.StateFailed {
+		o.failed[pvc.Name] = pvc.Annotations[kube.AnnReason] + ": " + pvc.Annotations[kube.AnnError]
+	}
+	if ch, ok := o.waiters[pvc.Name]; ok {
+		close(ch)
+		delete(o.waiters, pvc.Name)
+	}
 }
 
 func (o *observer) stop() { o.cancel(); <-o.done }
@@ -89,6 +127,14 @@ func (o *observer) answer(name string) (time.Time, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	t, ok := o.answered[name]
+	return t, ok
+}
+
+// request is when name was first seen with an open create request.
+func (o *observer) request(name string) (time.Time, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	t, ok := o.requested[name]
 	return t, ok
 }
 

@@ -193,12 +193,19 @@ func (f *fleet) stop() {
 	wg.Wait()
 }
 
+// requestsResult is what requests measured.
+type requestsResult struct {
+	lat           []time.Duration // per request: written -> answer seen
+	total         time.Duration   // first write sent -> last answer seen
+	failed        int
+	sent, written []time.Time // per request: its write sent, its response received
+}
+
 // requests writes one create request for each of names (names[i] for the
 // node node(i)) with workers writers, no faster than rate per second
-// (0: as fast as they go), and waits for every answer; it returns each
-// one's latency, request written → answer seen.
-func (cl *cluster) requests(ctx context.Context, obs *observer, names []string, node func(int) string, rate float64, workers int, timeout time.Duration) (lat []time.Duration, total time.Duration, failed int, err error) {
-	written := make([]time.Time, len(names))
+// (0: as fast as they go), and waits for every answer.
+func (cl *cluster) requests(ctx context.Context, obs *observer, names []string, node func(int) string, rate float64, workers int, timeout time.Duration) (requestsResult, error) {
+	r := requestsResult{sent: make([]time.Time, len(names)), written: make([]time.Time, len(names))}
 	var tick <-chan time.Time
 	if rate > 0 {
 		t := time.NewTicker(time.Duration(float64(time.Second) / rate))
@@ -206,7 +213,7 @@ func (cl *cluster) requests(ctx context.Context, obs *observer, names []string, 
 		tick = t.C
 	}
 	start := time.Now()
-	err = parallel(ctx, workers, 0, len(names), func(ctx context.Context, i int) error {
+	err := parallel(ctx, workers, 0, len(names), func(ctx context.Context, i int) error {
 		if tick != nil {
 			select {
 			case <-tick:
@@ -214,12 +221,13 @@ func (cl *cluster) requests(ctx context.Context, obs *observer, names []string, 
 				return ctx.Err()
 			}
 		}
+		r.sent[i] = time.Now()
 		err := cl.requestOn(ctx, names[i], node(i), true)
-		written[i] = time.Now()
+		r.written[i] = time.Now()
 		return err
 	})
 	if err != nil {
-		return nil, 0, 0, err
+		return r, err
 	}
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -227,15 +235,16 @@ func (cl *cluster) requests(ctx context.Context, obs *observer, names []string, 
 	for i, name := range names {
 		t, err := obs.wait(wctx, name)
 		if err != nil {
-			return nil, 0, 0, fmt.Errorf("%d of %d answered: %w", obs.count(), len(names), err)
+			return r, fmt.Errorf("%d of %d answered: %w", obs.count(), len(names), err)
 		}
-		lat = append(lat, max(t.Sub(written[i]), 0))
+		r.lat = append(r.lat, max(t.Sub(r.written[i]), 0))
 		if t.After(last) {
 			last = t
 		}
 		if _, ok := obs.failure(name); ok {
-			failed++
+			r.failed++
 		}
 	}
-	return lat, last.Sub(start), failed, nil
+	r.total = last.Sub(start)
+	return r, nil
 }

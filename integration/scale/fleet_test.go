@@ -9,8 +9,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/lvm-agent/lvm-agent/integration/harness"
+	"github.com/lvm-agent/lvm-agent/kube"
 )
 
 // A kube-apiserver's /metrics as it prints them (shortened).
@@ -128,4 +131,69 @@ func TestRequestsPer(t *testing.T) {
 	assert.Equal(t, "PATCH persistentvolumeclaims 2.10; POST events 1.00", got)
 	assert.Equal(t, "status", label(`x{resource="nodes",subresource="status"}`, "subresource"))
 	assert.Equal(t, "", label(`x{subresource="status"}`, "resource"), "a key that only ends another")
+}
+
+func TestBurstAttribution(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	// Node a: its two requests seen at 1 s and 2 s, answered at 3 s and 5 s:
+	// nothing open for its first second only. Node b: seen at 0.5 s,
+	// answered at 2 s, the next seen at 4 s, answered at 6 s: nothing open
+	// for 0.5 s + 2 s.
+	names := []string{"a0", "b0", "a1", "b1"}
+	node := func(i int) string { return names[i][:1] }
+	obs := &observer{requested: map[string]time.Time{"a0": at(1), "b0": at(0.5), "a1": at(2), "b1": at(4)},
+		answered: map[string]time.Time{"a0": at(3), "b0": at(2), "a1": at(5), "b1": at(6)}}
+	rr := requestsResult{total: 6 * time.Second,
+		sent:    []time.Time{at(0), at(0), at(0.4), at(3.5)},
+		written: []time.Time{at(0.2), at(0.3), at(0.5), at(3.9)}}
+	b := fleetBurst{nodes: 2, n: 4, latency: time.Second, slept: 1100 * time.Millisecond, agentCPU: 2}
+	b0 := burstSample{at: at(0), host: 10, apiCPU: 1, etcd: procStats{cpuSeconds: 1}, bench: procStats{cpuSeconds: 1}, agents: metrics{}}
+	b1 := burstSample{at: at(10), host: 16, apiCPU: 3, etcd: procStats{cpuSeconds: 1.5}, bench: procStats{cpuSeconds: 1.5}, agents: metrics{}}
+	w := attribute(b, b0, b1, rr, obs, names, node)
+
+	assert.Equal(t, 3900*time.Millisecond, w.writeSpan, "first sent -> last written")
+	assert.Equal(t, 1750*time.Millisecond, w.starved, "mean of 1 s and 2.5 s")
+	assert.Equal(t, 2500*time.Millisecond, w.starvedMax)
+	assert.Equal(t, 5500*time.Millisecond, w.nodeSpan, "mean of 5 s and 6 s")
+	assert.InDelta(t, 5.0, w.ours(), 1e-9, "2 + 0.5 + 0.5 + 2")
+	assert.InDelta(t, 1.0, w.hostCPU-w.ours(), 1e-9, "the host's other jobs")
+	assert.InDelta(t, 6.0/(float64(w.cores)*10), w.share(w.hostCPU), 1e-9, "over the 10 s between the samples")
+	late, starved, rest := w.over()
+	assert.Equal(t, 200*time.Millisecond, late, "two sleeps 100 ms late")
+	assert.Equal(t, w.starved, starved)
+	assert.Equal(t, 5500*time.Millisecond-2*time.Second-late-starved, rest)
+}
+
+func TestObserverRecord(t *testing.T) {
+	o := &observer{answered: map[string]time.Time{}, requested: map[string]time.Time{}, failed: map[string]string{}, waiters: map[string]chan struct{}{}}
+	pvc := func(name, state string) *corev1.PersistentVolumeClaim {
+		return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name,
+			Annotations: map[string]string{kube.AnnLifecycle: state, kube.AnnReason: "NoSpace", kube.AnnError: "full"}}}
+	}
+	t1, t2 := time.Unix(1, 0), time.Unix(2, 0)
+	wait := make(chan struct{})
+	o.waiters["a"] = wait
+	o.record(pvc("a", kube.StateCreating), t1)
+	o.record(pvc("a", kube.StateCreating), t2) // the first sighting counts
+	got, ok := o.request("a")
+	require.True(t, ok)
+	assert.Equal(t, t1, got)
+	_, ok = o.answer("a")
+	assert.False(t, ok)
+
+	o.record(pvc("a", kube.StateCreated), t2)
+	<-wait // closed by the answer
+	got, _ = o.answer("a")
+	assert.Equal(t, t2, got)
+	o.record(pvc("a", kube.StateCreated), time.Unix(3, 0)) // a re-list's sighting does not move it
+	got, _ = o.answer("a")
+	assert.Equal(t, t2, got)
+	_, failed := o.failure("a")
+	assert.False(t, failed)
+
+	o.record(pvc("b", kube.StateFailed), t2)
+	f, failed := o.failure("b")
+	assert.True(t, failed)
+	assert.Equal(t, "NoSpace: full", f)
 }

@@ -77,6 +77,7 @@ type fleetBurst struct {
 	api          apiCost
 	agentCPU     float64
 	agentsMaxCPU float64
+	why          burstWhy
 }
 
 func (b fleetBurst) floor() time.Duration { return time.Duration(b.n/b.nodes) * b.latency }
@@ -237,10 +238,11 @@ func fleetRowRun(ctx context.Context, cl *cluster, tb harness.TB, bin, mode stri
 			profiled = profileAPIServer(ctx, cl.cp, int(float64(fc.transitions)/fc.rate),
 				filepath.Join(fc.profileDir, fmt.Sprintf("%s-%d.pprof", mode, n)))
 		}
-		lat, _, failed, err := cl.requests(ctx, obs, names, node, fc.rate, cl.cfg.createWorkers, 30*time.Minute)
+		rr, err := cl.requests(ctx, obs, names, node, fc.rate, cl.cfg.createWorkers, 30*time.Minute)
 		if err != nil {
 			return err
 		}
+		lat, failed := rr.lat, rr.failed
 		if profiled != nil {
 			if err := <-profiled; err != nil {
 				logf("  API server profile: %v", err)
@@ -305,11 +307,15 @@ func fleetBurstRun(ctx context.Context, cl *cluster, f *fleet, fc fleetConfig, l
 	if err != nil {
 		return b, err
 	}
+	s0, err := sampleBurst(a0, cl.cp, f)
+	if err != nil {
+		return b, err
+	}
 	f.setLatency(fc.burstLatency)
 	stopProbe := sleepProbe(fc.burstLatency, &b.slept)
 	defer stopProbe()
 	// Writers enough that the writing is not what the burst waits for.
-	lat, total, failed, err := cl.requests(ctx, obs, names, node, 0, 4*cl.cfg.createWorkers, 10*time.Minute+10*b.floor())
+	rr, err := cl.requests(ctx, obs, names, node, 0, 4*cl.cfg.createWorkers, 10*time.Minute+10*b.floor())
 	stopProbe()
 	if err != nil {
 		return b, err
@@ -318,14 +324,20 @@ func fleetBurstRun(ctx context.Context, cl *cluster, f *fleet, fc fleetConfig, l
 	if err != nil {
 		return b, err
 	}
-	b.total, b.failed = total, failed
-	b.p50, b.p99 = percentile(lat, 0.5), percentile(lat, 0.99)
+	s1, err := sampleBurst(a1, cl.cp, f)
+	if err != nil {
+		return b, err
+	}
+	b.total, b.failed = rr.total, rr.failed
+	b.p50, b.p99 = percentile(rr.lat, 0.5), percentile(rr.lat, 0.99)
 	b.api = apiCostBetween(a0, a1)
 	if b.agentCPU, b.agentsMaxCPU, err = f.cpuSince(per); err != nil {
 		return b, err
 	}
+	b.why = attribute(b, s0, s1, rr, obs, names, node)
 	logf("  burst: %d creates (%d per node, lvmd %v): %v = %.3f x the %v floor (sleeps took %v); p50 %v p99 %v; %d failed; API server %.1f CPU s",
 		b.n, fc.burstPerNode, b.latency, b.total.Round(time.Millisecond), b.ratio(), b.floor(), b.slept, b.p50.Round(time.Millisecond), b.p99.Round(time.Millisecond), b.failed, b.api.cpuSeconds)
+	b.why.lines(logf, "    ")
 	return b, nil
 }
 

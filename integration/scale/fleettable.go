@@ -49,6 +49,10 @@ agents: VmRSS at the end (sum, largest; the binary's pages, shared, count in eac
 		}
 		w.Flush()
 		fmt.Fprintln(out, "floor: one node's creates x lvmd latency; total: first request written -> last answer seen; sleeps took: the mean time a sleep of the lvmd latency took in the bench process meanwhile.")
+		for _, b := range res.bursts {
+			fmt.Fprintf(out, "Where the %s burst's time went:\n", b.mode)
+			b.why.lines(func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }, "  ")
+		}
 	}
 	for _, r := range res.restarts {
 		fmt.Fprintf(out, "\nAPI server restart (SIGTERM, down %v, ready again after %v) with N=%d agents in %s mode:\n", fc.restartDown, secs(r.back)+"s", r.nodes, r.mode)
