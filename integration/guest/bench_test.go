@@ -101,10 +101,13 @@ func TestBench(t *testing.T) {
 	watchLat := median(lat)
 
 	// (b) through the agent, one request at a time.
+	// -v=2: the agent logs each delete's steps (agent-bench-node.log).
+	s.args = append(s.args, "-v=2")
 	s.startAgent(t, true)
 	m0 := scrape(t, s.metrics)
 	var e2eCreate, e2eDelete []time.Duration
 	var lvmB []lvmRun
+	var delSpans []span
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("bench-e2e-%02d", i)
 		pvc := harness.PVC(t, env.cp.Client, ns, name, s.node)
@@ -127,7 +130,11 @@ func TestBench(t *testing.T) {
 		cancel()
 		require.NoError(t, err)
 		e2eDelete = append(e2eDelete, time.Since(t0))
-		lvmB = append(lvmB, sm.stop()...)
+		runs := sm.stop()
+		lvmB = append(lvmB, runs...)
+		sp := spanOf(runs, t0, time.Now())
+		delSpans = append(delSpans, sp)
+		logf("bench (b) delete %s: written %s; lvm %s; deleted seen +%s", name, t0.Format("15:04:05.000"), sp.lvm, fmtDur(sp.total))
 	}
 	m1 := scrape(t, s.metrics)
 	bCreate, bDelete := median(e2eCreate), median(e2eDelete)
@@ -183,6 +190,12 @@ func TestBench(t *testing.T) {
 		fmtDur(mc.mean(`lvm_agent_workqueue_wait_seconds`, `name="lvm-agent"`)), fmtDur(m2.sub(m1).mean(`lvm_agent_workqueue_wait_seconds`, `name="lvm-agent"`)))
 	r.line("  (b)-(a): create +%s, delete +%s; of that, two informer hops (request -> agent, answer -> provisioner) ~ %s",
 		fmtDur(bCreate-aCreate), fmtDur(bDelete-aRemove), fmtDur(2*watchLat))
+	if *flagBenchSample {
+		r.line("  (b) delete, from written (medians, /proc sampled every 50 ms): first lvm process seen +%s, last one gone +%s, deleted seen +%s",
+			fmtDur(median(spanField(delSpans, func(s span) time.Duration { return s.firstLVM }))),
+			fmtDur(median(spanField(delSpans, func(s span) time.Duration { return s.lastLVM }))),
+			fmtDur(median(spanField(delSpans, func(s span) time.Duration { return s.total }))))
+	}
 	r.line("  (the agent creates first and lists only when CreateLV fails; a delete lists first: + one GetLVList ~ %s)", fmtDur(aList))
 	// With --lvm-metadata=auto the pre-check reads the on-disk metadata;
 	// a fallback would put the GetLVList back into every delete.
@@ -204,8 +217,42 @@ func TestBench(t *testing.T) {
 
 // lvmRun is one lvm process lvmd ran: its subcommand and how long it was seen.
 type lvmRun struct {
-	sub  string
-	life time.Duration
+	sub         string
+	first, last time.Time
+	life        time.Duration
+}
+
+// span is where one delete's time went: from the request written to the
+// first lvm process seen after it and the last one gone, and to the answer.
+type span struct {
+	firstLVM, lastLVM, total time.Duration
+	lvm                      string // each process: subcommand +start..+end
+}
+
+func spanOf(runs []lvmRun, t0, end time.Time) span {
+	sp := span{total: end.Sub(t0)}
+	slices.SortFunc(runs, func(a, b lvmRun) int { return a.first.Compare(b.first) })
+	var parts []string
+	for _, x := range runs {
+		if x.first.Before(t0) {
+			continue
+		}
+		if sp.firstLVM == 0 {
+			sp.firstLVM = x.first.Sub(t0)
+		}
+		sp.lastLVM = max(sp.lastLVM, x.last.Sub(t0))
+		parts = append(parts, fmt.Sprintf("%s +%s..+%s", x.sub, fmtDur(x.first.Sub(t0)), fmtDur(x.last.Sub(t0))))
+	}
+	sp.lvm = strings.Join(parts, ", ")
+	return sp
+}
+
+func spanField(sps []span, f func(span) time.Duration) []time.Duration {
+	var d []time.Duration
+	for _, s := range sps {
+		d = append(d, f(s))
+	}
+	return d
 }
 
 type sampler struct {
@@ -254,7 +301,7 @@ func startSampler() *sampler {
 			case <-s.stopc:
 				var runs []lvmRun
 				for _, p := range procs {
-					runs = append(runs, lvmRun{p.sub, p.last.Sub(p.first)})
+					runs = append(runs, lvmRun{p.sub, p.first, p.last, p.last.Sub(p.first)})
 				}
 				s.done <- runs
 				return
