@@ -190,6 +190,13 @@ func TestBench(t *testing.T) {
 		fmtDur(mc.mean(`lvm_agent_workqueue_wait_seconds`, `name="lvm-agent"`)), fmtDur(m2.sub(m1).mean(`lvm_agent_workqueue_wait_seconds`, `name="lvm-agent"`)))
 	r.line("  (b)-(a): create +%s, delete +%s; of that, two informer hops (request -> agent, answer -> provisioner) ~ %s",
 		fmtDur(bCreate-aCreate), fmtDur(bDelete-aRemove), fmtDur(2*watchLat))
+	// The agent's own API round trips in a delete: the claim check (a Get
+	// of the PVC) and the answer (a patch of the PV).
+	r.line("  agent's API requests during (b), mean (its request metric): PVC get %s over %d, PV patch %s over %d",
+		fmtDur(mc.mean(`lvm_agent_kube_request_duration_seconds`, `resource="persistentvolumeclaims",verb="get"`)),
+		int(mc[`lvm_agent_kube_request_duration_seconds_count{resource="persistentvolumeclaims",verb="get"}`]),
+		fmtDur(mc.mean(`lvm_agent_kube_request_duration_seconds`, `resource="persistentvolumes",verb="patch"`)),
+		int(mc[`lvm_agent_kube_request_duration_seconds_count{resource="persistentvolumes",verb="patch"}`]))
 	if *flagBenchSample {
 		r.line("  (b) delete, from written (medians, /proc sampled every 50 ms): first lvm process seen +%s, last one gone +%s, deleted seen +%s",
 			fmtDur(median(spanField(delSpans, func(s span) time.Duration { return s.firstLVM }))),

@@ -146,6 +146,11 @@ func TestGuestBench(t *testing.T) {
 	warm := lvmmeta.NewReader(lvmmeta.Limits{})
 	require.NoError(t, scan(warm))
 	scanWarm := timeIt(t, n, func() error { return scan(warm) })
+	steps := coldSteps(t, n, devs)
+	row("cold read by step, medians of %d (each step alone; the reader does them once each): %s", n, steps)
+	dmList := timeIt(t, n, func() error { _, err := dm.List(ctx); return err })
+	row("of the cached read (no scan): device-mapper's device list %v, the rest (1,001 volumes built) %v",
+		dmList.Round(time.Microsecond), (goWarm - scanWarm - dmList).Round(time.Microsecond))
 	row("tags of %d LVs: pure Go %v (parse included; %v with the parsed text cached), lvs %v, lvmd GetLVList %v",
 		benchLVs+1, goCold.Round(time.Microsecond), goWarm.Round(time.Microsecond), lvs.Round(time.Millisecond), getLVList.Round(time.Millisecond))
 	row("ratio lvs / pure Go: %.0fx, GetLVList / pure Go: %.0fx (goal >= 30x); with the text cached: %.0fx, %.0fx",
@@ -231,4 +236,91 @@ func TestGuestBench(t *testing.T) {
 	if dir := os.Getenv("LVM_AGENT_RESULTS"); dir != "" {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "bench-lvmmeta.txt"), []byte(table), 0o644))
 	}
+}
+
+// coldSteps times, each on its own, the steps of a cold read of devs: the
+// device list, opening each device with O_DIRECT and reading its label
+// and metadata area header, reading the committed text (O_DIRECT), its
+// CRC, and parsing it.
+func coldSteps(t *testing.T, n int, devs []string) string {
+	type text struct {
+		dev  string
+		off  int64
+		size uint64
+	}
+	var texts []text
+	head := func() error {
+		texts = texts[:0]
+		for _, p := range devs {
+			d, err := lvmmeta.OpenDevice(p)
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			b := make([]byte, 4*512)
+			if _, err := d.ReadAt(b, 0); err != nil {
+				return err
+			}
+			l, err := lvmmeta.ParseLabel(b)
+			if err != nil {
+				return err
+			}
+			for _, a := range l.MetadataAreas {
+				h := make([]byte, 512)
+				if _, err := d.ReadAt(h, int64(a.Offset)); err != nil {
+					return err
+				}
+				mh, err := lvmmeta.ParseMDAHeader(h, a)
+				if err != nil {
+					return err
+				}
+				if c := mh.Committed; c.Size > 0 && c.Offset+c.Size <= mh.Size {
+					texts = append(texts, text{p, int64(a.Offset + c.Offset), c.Size})
+				}
+			}
+		}
+		return nil
+	}
+	list := timeIt(t, n, func() error { _, err := lvmmeta.Devices(devs); return err })
+	heads := timeIt(t, n, head)
+	require.NotEmpty(t, texts, "a text that does not wrap")
+	var bufs [][]byte
+	read := timeIt(t, n, func() error {
+		bufs = bufs[:0]
+		for _, x := range texts {
+			d, err := lvmmeta.OpenDevice(x.dev)
+			if err != nil {
+				return err
+			}
+			b := make([]byte, x.size)
+			_, err = d.ReadAt(b, x.off)
+			_ = d.Close()
+			if err != nil {
+				return err
+			}
+			bufs = append(bufs, b)
+		}
+		return nil
+	})
+	crc := timeIt(t, n, func() error {
+		for _, b := range bufs {
+			_ = lvmmeta.Checksum(b)
+		}
+		return nil
+	})
+	parse := timeIt(t, n, func() error {
+		for _, b := range bufs {
+			if _, err := lvmmeta.ParseVG(b, lvmmeta.DefaultLimits); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	var size uint64
+	for _, x := range texts {
+		size += x.size
+	}
+	r := func(d time.Duration) time.Duration { return d.Round(time.Microsecond) }
+	return fmt.Sprintf("device list %v, open + label + header of %d devices %v, text read (%d bytes) %v, CRC %v, parse %v",
+		r(list), len(devs), r(heads), size, r(read), r(crc), r(parse))
 }
