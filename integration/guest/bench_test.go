@@ -57,7 +57,7 @@ func TestBench(t *testing.T) {
 	require.NoError(t, err)
 	var list, create, remove []time.Duration
 	var lvmA []lvmRun
-	for i := 0; i < n; i++ {
+	raw := func(i int) {
 		name := fmt.Sprintf("bench-raw-%02d", i)
 		sm := startSampler()
 		t0 := time.Now()
@@ -73,8 +73,6 @@ func TestBench(t *testing.T) {
 		remove = append(remove, time.Since(t0))
 		lvmA = append(lvmA, sm.stop()...)
 	}
-	aCreate, aRemove, aList := median(create), median(remove), median(list)
-	logf("bench (a) done: CreateLV %v, RemoveLV %v, GetLVList %v", aCreate, aRemove, aList)
 
 	// Informer latency: a patch, until a watch started before it shows it.
 	s := newTopolvmStack(t)
@@ -100,7 +98,10 @@ func TestBench(t *testing.T) {
 	w.Stop()
 	watchLat := median(lat)
 
-	// (b) through the agent, one request at a time.
+	// (b) through the agent, one request at a time, each sample right
+	// after one of (a): the guest's speed follows the host's load, so (a)
+	// and (b) are taken side by side, not minutes apart. The agent is idle
+	// during (a) but for its capacity poll, as it is between requests.
 	// -v=2: the agent logs each delete's steps (agent-bench-node.log).
 	s.args = append(s.args, "-v=2")
 	s.startAgent(t, true)
@@ -109,6 +110,7 @@ func TestBench(t *testing.T) {
 	var lvmB []lvmRun
 	var delSpans []span
 	for i := 0; i < n; i++ {
+		raw(i)
 		name := fmt.Sprintf("bench-e2e-%02d", i)
 		pvc := harness.PVC(t, env.cp.Client, ns, name, s.node)
 		pv := harness.PV(t, env.cp.Client, name, s.node, kube.DefaultDriver, pvc)
@@ -137,8 +139,9 @@ func TestBench(t *testing.T) {
 		logf("bench (b) delete %s: written %s; lvm %s; deleted seen +%s", name, t0.Format("15:04:05.000"), sp.lvm, fmtDur(sp.total))
 	}
 	m1 := scrape(t, s.metrics)
+	aCreate, aRemove, aList := median(create), median(remove), median(list)
 	bCreate, bDelete := median(e2eCreate), median(e2eDelete)
-	logf("bench (b) done: create %v, delete %v", bCreate, bDelete)
+	logf("bench (a) and (b) done: CreateLV %v, RemoveLV %v, GetLVList %v; agent create %v, delete %v", aCreate, aRemove, aList, bCreate, bDelete)
 
 	// (c) a burst: every request written at once.
 	pvcs := make([]*corev1.PersistentVolumeClaim, burst)
