@@ -333,6 +333,7 @@ func (a *Agent) answer(r req, out outcome, start time.Time) syncResult {
 	}
 	sent := time.Now()
 	err := a.patch(ctx, k, m.GetResourceVersion(), change)
+	wrote := time.Since(sent)
 	switch {
 	case apierrors.IsNotFound(err):
 		return syncDone
@@ -356,7 +357,7 @@ func (a *Agent) answer(r req, out outcome, start time.Time) syncResult {
 		klog.ErrorS(out.err, "Volume request failed", "request", k, "reason", out.reason)
 		a.recorder.Event(obj, corev1.EventTypeWarning, "Volume"+out.reason, kube.OneLine(out.err))
 	} else {
-		klog.InfoS("Volume request done", "request", k, "state", out.state, "duration", time.Since(start))
+		klog.InfoS("Volume request done", "request", k, "state", out.state, "duration", time.Since(start), "write", wrote)
 		a.recorder.Eventf(obj, corev1.EventTypeNormal, "Volume"+titleCase(out.state), "volume %s by lvm-agent on node %s", out.state, a.cfg.Node.Name)
 	}
 	return syncDone

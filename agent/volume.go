@@ -221,7 +221,10 @@ func (a *Agent) elsewhere(ctx context.Context, t target, tag string) (outcome, b
 // remove deletes a PV's LV if, and only if, it is ours to delete: a plain
 // volume without dependents, and no live claim's.
 func (a *Agent) remove(ctx context.Context, pv *corev1.PersistentVolume, t target) outcome {
+	st := newSteps()
+	defer st.log("Delete steps", "lv", t)
 	lv, err := a.backend.GetVolume(ctx, t.deviceClass, t.name)
+	st.done("read")
 	switch {
 	case errors.Is(err, lvmbackend.ErrNotFound):
 		return final(kube.StateDeleted)
@@ -243,12 +246,16 @@ func (a *Agent) remove(ctx context.Context, pv *corev1.PersistentVolume, t targe
 	if out, ok := a.plain(ctx, lv, t); !ok {
 		return out
 	}
+	st.done("checks")
 	if out, ok := a.claimGone(ctx, pv, lv, t); !ok {
 		return out
 	}
+	st.done("claimCheck")
 	dmName := a.cfg.Devices.name(ctx, lv)
 	err = a.backend.RemoveVolume(ctx, t.deviceClass, t.name)
+	st.done("lvmdRemove")
 	if err == nil || errors.Is(err, lvmbackend.ErrNotFound) {
+		defer st.done("deviceCheck")
 		if !a.cfg.Devices.gone(ctx, dmName) {
 			// LVM no longer knows the LV; the kernel still has its device.
 			klog.ErrorS(nil, "LV removed, but its device-mapper device is still present", "lv", t, "device", dmName)

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"k8s.io/klog/v2"
 
 	"github.com/lvm-agent/lvm-agent/lvmbackend/devmapper"
 	"github.com/lvm-agent/lvm-agent/lvmbackend/lvmdfake"
@@ -148,9 +150,19 @@ func TestDirectReads(t *testing.T) {
 	assert.Equal(t, 1.0, testutil.ToFloat64(f.d.direct))
 }
 
+// klogLines sends klog's output to the returned buffer until the test ends.
+func klogLines(t *testing.T) *strings.Builder {
+	var buf strings.Builder
+	klog.LogToStderr(false)
+	klog.SetOutput(&buf)
+	t.Cleanup(func() { klog.Flush(); klog.LogToStderr(true) })
+	return &buf
+}
+
 func TestDirectFallsBack(t *testing.T) {
 	f := newDirectFixture(t)
 	ctx := context.Background()
+	logs := klogLines(t)
 	f.scanErr = &lvmmeta.ChecksumError{What: "metadata area header", Want: 1, Got: 2}
 
 	v, err := f.d.GetVolume(ctx, "thick", "fromlvmd")
@@ -173,6 +185,10 @@ func TestDirectFallsBack(t *testing.T) {
 	_, err = f.d.GetVolume(ctx, "thick", "lin")
 	require.NoError(t, err)
 	assert.Equal(t, 1.0, testutil.ToFloat64(f.d.direct), "direct again once the metadata verifies")
+	// Two reads fell back and one recovered: the log says each once.
+	klog.Flush()
+	assert.Equal(t, 1, strings.Count(logs.String(), "Reading LVM metadata directly failed"), logs.String())
+	assert.Equal(t, 1, strings.Count(logs.String(), "Reading LVM metadata directly again"), logs.String())
 
 	// A device whose uuid is not the LV's is not trusted.
 	f.d.cfg.DM = fakeDM{"vg0-lin": {Name: "vg0-lin", UUID: "LVM-other", LiveTable: true}}

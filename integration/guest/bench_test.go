@@ -57,7 +57,7 @@ func TestBench(t *testing.T) {
 	require.NoError(t, err)
 	var list, create, remove []time.Duration
 	var lvmA []lvmRun
-	for i := 0; i < n; i++ {
+	raw := func(i int) {
 		name := fmt.Sprintf("bench-raw-%02d", i)
 		sm := startSampler()
 		t0 := time.Now()
@@ -73,8 +73,6 @@ func TestBench(t *testing.T) {
 		remove = append(remove, time.Since(t0))
 		lvmA = append(lvmA, sm.stop()...)
 	}
-	aCreate, aRemove, aList := median(create), median(remove), median(list)
-	logf("bench (a) done: CreateLV %v, RemoveLV %v, GetLVList %v", aCreate, aRemove, aList)
 
 	// Informer latency: a patch, until a watch started before it shows it.
 	s := newTopolvmStack(t)
@@ -100,12 +98,19 @@ func TestBench(t *testing.T) {
 	w.Stop()
 	watchLat := median(lat)
 
-	// (b) through the agent, one request at a time.
+	// (b) through the agent, one request at a time, each sample right
+	// after one of (a): the guest's speed follows the host's load, so (a)
+	// and (b) are taken side by side, not minutes apart. The agent is idle
+	// during (a) but for its capacity poll, as it is between requests.
+	// -v=2: the agent logs each delete's steps (agent-bench-node.log).
+	s.args = append(s.args, "-v=2")
 	s.startAgent(t, true)
 	m0 := scrape(t, s.metrics)
 	var e2eCreate, e2eDelete []time.Duration
 	var lvmB []lvmRun
+	var delSpans []span
 	for i := 0; i < n; i++ {
+		raw(i)
 		name := fmt.Sprintf("bench-e2e-%02d", i)
 		pvc := harness.PVC(t, env.cp.Client, ns, name, s.node)
 		pv := harness.PV(t, env.cp.Client, name, s.node, kube.DefaultDriver, pvc)
@@ -127,11 +132,16 @@ func TestBench(t *testing.T) {
 		cancel()
 		require.NoError(t, err)
 		e2eDelete = append(e2eDelete, time.Since(t0))
-		lvmB = append(lvmB, sm.stop()...)
+		runs := sm.stop()
+		lvmB = append(lvmB, runs...)
+		sp := spanOf(runs, t0, time.Now())
+		delSpans = append(delSpans, sp)
+		logf("bench (b) delete %s: written %s; lvm %s; deleted seen +%s", name, t0.Format("15:04:05.000"), sp.lvm, fmtDur(sp.total))
 	}
 	m1 := scrape(t, s.metrics)
+	aCreate, aRemove, aList := median(create), median(remove), median(list)
 	bCreate, bDelete := median(e2eCreate), median(e2eDelete)
-	logf("bench (b) done: create %v, delete %v", bCreate, bDelete)
+	logf("bench (a) and (b) done: CreateLV %v, RemoveLV %v, GetLVList %v; agent create %v, delete %v", aCreate, aRemove, aList, bCreate, bDelete)
 
 	// (c) a burst: every request written at once.
 	pvcs := make([]*corev1.PersistentVolumeClaim, burst)
@@ -183,6 +193,19 @@ func TestBench(t *testing.T) {
 		fmtDur(mc.mean(`lvm_agent_workqueue_wait_seconds`, `name="lvm-agent"`)), fmtDur(m2.sub(m1).mean(`lvm_agent_workqueue_wait_seconds`, `name="lvm-agent"`)))
 	r.line("  (b)-(a): create +%s, delete +%s; of that, two informer hops (request -> agent, answer -> provisioner) ~ %s",
 		fmtDur(bCreate-aCreate), fmtDur(bDelete-aRemove), fmtDur(2*watchLat))
+	// The agent's own API round trips in a delete: the claim check (a Get
+	// of the PVC) and the answer (a patch of the PV).
+	r.line("  agent's API requests during (b), mean (its request metric): PVC get %s over %d, PV patch %s over %d",
+		fmtDur(mc.mean(`lvm_agent_kube_request_duration_seconds`, `resource="persistentvolumeclaims",verb="get"`)),
+		int(mc[`lvm_agent_kube_request_duration_seconds_count{resource="persistentvolumeclaims",verb="get"}`]),
+		fmtDur(mc.mean(`lvm_agent_kube_request_duration_seconds`, `resource="persistentvolumes",verb="patch"`)),
+		int(mc[`lvm_agent_kube_request_duration_seconds_count{resource="persistentvolumes",verb="patch"}`]))
+	if *flagBenchSample {
+		r.line("  (b) delete, from written (medians, /proc sampled every 50 ms): first lvm process seen +%s, last one gone +%s, deleted seen +%s",
+			fmtDur(median(spanField(delSpans, func(s span) time.Duration { return s.firstLVM }))),
+			fmtDur(median(spanField(delSpans, func(s span) time.Duration { return s.lastLVM }))),
+			fmtDur(median(spanField(delSpans, func(s span) time.Duration { return s.total }))))
+	}
 	r.line("  (the agent creates first and lists only when CreateLV fails; a delete lists first: + one GetLVList ~ %s)", fmtDur(aList))
 	// With --lvm-metadata=auto the pre-check reads the on-disk metadata;
 	// a fallback would put the GetLVList back into every delete.
@@ -204,8 +227,42 @@ func TestBench(t *testing.T) {
 
 // lvmRun is one lvm process lvmd ran: its subcommand and how long it was seen.
 type lvmRun struct {
-	sub  string
-	life time.Duration
+	sub         string
+	first, last time.Time
+	life        time.Duration
+}
+
+// span is where one delete's time went: from the request written to the
+// first lvm process seen after it and the last one gone, and to the answer.
+type span struct {
+	firstLVM, lastLVM, total time.Duration
+	lvm                      string // each process: subcommand +start..+end
+}
+
+func spanOf(runs []lvmRun, t0, end time.Time) span {
+	sp := span{total: end.Sub(t0)}
+	slices.SortFunc(runs, func(a, b lvmRun) int { return a.first.Compare(b.first) })
+	var parts []string
+	for _, x := range runs {
+		if x.first.Before(t0) {
+			continue
+		}
+		if sp.firstLVM == 0 {
+			sp.firstLVM = x.first.Sub(t0)
+		}
+		sp.lastLVM = max(sp.lastLVM, x.last.Sub(t0))
+		parts = append(parts, fmt.Sprintf("%s +%s..+%s", x.sub, fmtDur(x.first.Sub(t0)), fmtDur(x.last.Sub(t0))))
+	}
+	sp.lvm = strings.Join(parts, ", ")
+	return sp
+}
+
+func spanField(sps []span, f func(span) time.Duration) []time.Duration {
+	var d []time.Duration
+	for _, s := range sps {
+		d = append(d, f(s))
+	}
+	return d
 }
 
 type sampler struct {
@@ -254,7 +311,7 @@ func startSampler() *sampler {
 			case <-s.stopc:
 				var runs []lvmRun
 				for _, p := range procs {
-					runs = append(runs, lvmRun{p.sub, p.last.Sub(p.first)})
+					runs = append(runs, lvmRun{p.sub, p.first, p.last, p.last.Sub(p.first)})
 				}
 				s.done <- runs
 				return

@@ -3,12 +3,30 @@ package lvmmeta
 import (
 	"bytes"
 	"encoding/binary"
+	"runtime"
 	"testing"
 )
 
 // The fuzz targets feed hostile bytes to every parser: none may panic, and
-// ParseText's allocation is bounded by Limits (checked by its own bounds
-// below rather than trusted).
+// what the text parse and a whole PV read allocate is linear in the input
+// (checked with allocated and allocBound rather than trusted): no size
+// field read from the disk is allocated before it is checked, and every
+// item costs at least a byte of text (Limits.MaxItems caps them too).
+
+// allocated runs fn and returns the bytes the process allocated meanwhile,
+// other goroutines' included (allocBound's constant leaves room for them).
+func allocated(fn func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	fn()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// allocBound is what reading n hostile bytes may allocate: a list element
+// of two bytes ("1,") costs some 300 bytes of Values while its list is
+// collected and copied; 64 KiB covers the fixed buffers.
+func allocBound(n int) uint64 { return 64<<10 + 512*uint64(n) }
 
 func FuzzParseLabel(f *testing.F) {
 	im := newImage(testPVUUID, 8192)
@@ -68,7 +86,11 @@ func FuzzParseVG(f *testing.F) {
 	f.Add([]byte(smallVG))
 	f.Add([]byte(`vg { id = "x" seqno = 1 extent_size = 8 tags = ["a\"b"] x = [1, "s", -2] y = 1.5 }`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		vg, err := ParseVG(b, fuzzLimits)
+		var vg *VG
+		var err error
+		if a := allocated(func() { vg, err = ParseVG(b, fuzzLimits) }); a > allocBound(len(b)) {
+			t.Fatalf("%d bytes allocated for %d bytes of text", a, len(b))
+		}
 		if err != nil {
 			return
 		}
@@ -102,7 +124,11 @@ func FuzzReadPV(f *testing.F) {
 		copy(h, header)
 		binary.LittleEndian.PutUint32(h, checksum(h[4:]))
 		copy(b[4096+mdaHeaderSize:], ring)
-		m, err := NewReader(fuzzLimits).ReadPV(bytes.NewReader(b), "fuzz")
+		var m *PVMetadata
+		var err error
+		if a := allocated(func() { m, err = NewReader(fuzzLimits).ReadPV(bytes.NewReader(b), "fuzz") }); a > allocBound(len(b)) {
+			t.Fatalf("%d bytes allocated for a PV of %d bytes", a, len(b))
+		}
 		if err == nil && m.VG != nil && m.VG.Seqno > 1<<63 {
 			t.Fatalf("seqno %d", m.VG.Seqno)
 		}

@@ -65,17 +65,6 @@ func median(ds []time.Duration) time.Duration {
 	return s[len(s)/2]
 }
 
-// timeIt runs fn n times and returns the median.
-func timeIt(t *testing.T, n int, fn func() error) time.Duration {
-	var ds []time.Duration
-	for range n {
-		t0 := time.Now()
-		require.NoError(t, fn())
-		ds = append(ds, time.Since(t0))
-	}
-	return median(ds)
-}
-
 func TestGuestBench(t *testing.T) {
 	const vg = "metabench"
 	ctx := context.Background()
@@ -102,21 +91,44 @@ func TestGuestBench(t *testing.T) {
 		}
 		return err
 	}
-	goCold := timeIt(t, n, func() error {
+	cold := func() error {
 		// A fresh reader parses the text again each time.
 		d := lvmbackend.NewDirect(lvmd, lvmbackend.DirectConfig{DM: dm, Devices: devs,
 			Classes: []lvmbackend.DirectClass{{Name: "bench", VolumeGroup: vg}}})
 		return count(d.ListVolumes(ctx, "bench"))
-	})
-	goWarm := timeIt(t, n, func() error { return count(direct.ListVolumes(ctx, "bench")) })
-	lvs := timeIt(t, n, func() error {
+	}
+	lvsTags := func() error {
 		out, err := exec.Command("lvm", "lvs", "--noheadings", "-o", "lv_name,lv_tags", vg).Output()
 		if err == nil && bytes.Count(out, []byte("\n")) != benchLVs+1 {
 			err = fmt.Errorf("lvs printed %d lines", bytes.Count(out, []byte("\n")))
 		}
 		return err
-	})
-	getLVList := timeIt(t, n, func() error { return count(lvmd.ListVolumes(ctx, "bench")) })
+	}
+	// The scan alone (label, header, text and CRC, parse): what the cold
+	// read adds to the cached one.
+	scan := func(rd *lvmmeta.Reader) error {
+		st, err := rd.Scan(ctx, devs)
+		if err == nil && len(st.VGs[vg].LVs) != benchLVs+1 {
+			err = fmt.Errorf("%d LVs", len(st.VGs[vg].LVs))
+		}
+		return err
+	}
+	warm := lvmmeta.NewReader(lvmmeta.Limits{})
+	require.NoError(t, scan(warm))
+	steps := newColdSteps(t, devs)
+	// All side by side, round after round: the guest's speed follows the
+	// host's load, so figures taken minutes apart do not make a ratio.
+	const readRounds = 11
+	m := interleaved(t, readRounds,
+		cold,
+		func() error { return count(direct.ListVolumes(ctx, "bench")) },
+		lvsTags,
+		func() error { return count(lvmd.ListVolumes(ctx, "bench")) },
+		func() error { return scan(lvmmeta.NewReader(lvmmeta.Limits{})) },
+		func() error { return scan(warm) },
+		func() error { _, err := dm.List(ctx); return err },
+		steps.devices, steps.heads, steps.readDirect, steps.readBuffered, steps.crc, steps.parse)
+	goCold, goWarm, lvs, getLVList, scanCold, scanWarm, dmList := m[0], m[1], m[2], m[3], m[4], m[5], m[6]
 	vols, err := direct.ListVolumes(ctx, "bench")
 	require.NoError(t, err)
 	viaLVMD, err := lvmd.ListVolumes(ctx, "bench")
@@ -133,26 +145,17 @@ func TestGuestBench(t *testing.T) {
 		return m
 	}
 	assert.Equal(t, byName(viaLVMD), byName(vols), "the same tags as lvmd's GetLVList")
-	// The scan alone (label, header, text and CRC, parse): what the cold
-	// read adds to the cached one.
-	scan := func(rd *lvmmeta.Reader) error {
-		st, err := rd.Scan(ctx, devs)
-		if err == nil && len(st.VGs[vg].LVs) != benchLVs+1 {
-			err = fmt.Errorf("%d LVs", len(st.VGs[vg].LVs))
-		}
-		return err
-	}
-	scanCold := timeIt(t, n, func() error { return scan(lvmmeta.NewReader(lvmmeta.Limits{})) })
-	warm := lvmmeta.NewReader(lvmmeta.Limits{})
-	require.NoError(t, scan(warm))
-	scanWarm := timeIt(t, n, func() error { return scan(warm) })
-	row("tags of %d LVs: pure Go %v (parse included; %v with the parsed text cached), lvs %v, lvmd GetLVList %v",
-		benchLVs+1, goCold.Round(time.Microsecond), goWarm.Round(time.Microsecond), lvs.Round(time.Millisecond), getLVList.Round(time.Millisecond))
-	row("ratio lvs / pure Go: %.0fx, GetLVList / pure Go: %.0fx (goal >= 30x); with the text cached: %.0fx, %.0fx",
-		lvs.Seconds()/goCold.Seconds(), getLVList.Seconds()/goCold.Seconds(),
-		lvs.Seconds()/goWarm.Seconds(), getLVList.Seconds()/goWarm.Seconds())
-	row("of which lvmmeta.Reader.Scan (label, header, text, CRC, parse): %v fresh, %v with the text cached",
-		scanCold.Round(time.Microsecond), scanWarm.Round(time.Microsecond))
+	us := func(d time.Duration) time.Duration { return d.Round(time.Microsecond) }
+	row("medians of %d rounds, each round every read below once, side by side; \"cold\": a new Reader (nothing parsed: an agent's first read, or the first after an lvm commit, which changes the text); \"cached\": the Reader has parsed this seqno's text and re-reads only the 512-byte header", readRounds)
+	row("tags of %d LVs: pure Go %v cold, %v cached; lvs %v, lvmd GetLVList %v",
+		benchLVs+1, us(goCold), us(goWarm), lvs.Round(time.Millisecond), getLVList.Round(time.Millisecond))
+	row("ratio lvs / pure Go: %.0fx cold, %.0fx cached; GetLVList / pure Go: %.0fx cold, %.0fx cached (goal >= 30x)",
+		lvs.Seconds()/goCold.Seconds(), lvs.Seconds()/goWarm.Seconds(),
+		getLVList.Seconds()/goCold.Seconds(), getLVList.Seconds()/goWarm.Seconds())
+	row("of which lvmmeta.Reader.Scan (label, header, text, CRC, parse): %v cold, %v cached; device-mapper's device list %v",
+		us(scanCold), us(scanWarm), us(dmList))
+	row("the cold scan by step, each alone: device list %v, open (O_DIRECT) + label + header of %d device(s) %v, text (%d bytes) read with O_DIRECT into a new buffer %v (through the page cache %v), CRC %v, parse %v",
+		us(m[7]), len(devs), us(m[8]), steps.size, us(m[9]), us(m[10]), us(m[11]), us(m[12]))
 
 	// lvm processes per create and delete. Each measurement ends after a
 	// settle, so that a fullreport lvmd starts for a Watch stream after
@@ -206,23 +209,35 @@ func TestGuestBench(t *testing.T) {
 		creates, deletes []int
 		delTimes         []time.Duration
 	}
-	run := func(label string, b lvmbackend.Backend, del func(lvmbackend.Backend, string) func() error) result {
-		var r result
+	type way struct {
+		label string
+		b     lvmbackend.Backend
+		del   func(lvmbackend.Backend, string) func() error
+	}
+	// run measures the ways side by side: sample i of each, then i+1.
+	run := func(ways ...way) []result {
+		r := make([]result, len(ways))
 		for i := range n {
-			name := fmt.Sprintf("%s%d", label, i)
-			c, _ := measure(create(b, name))
-			d, dt := measure(del(b, name))
-			r.creates, r.deletes, r.delTimes = append(r.creates, c), append(r.deletes, d), append(r.delTimes, dt)
+			for j, w := range ways {
+				name := fmt.Sprintf("%s%d", w.label, i)
+				c, _ := measure(create(w.b, name))
+				d, dt := measure(w.del(w.b, name))
+				r[j].creates, r[j].deletes, r[j].delTimes = append(r[j].creates, c), append(r[j].deletes, d), append(r[j].delTimes, dt)
+			}
 		}
 		return r
 	}
-	raw := run("raw", lvmd, remove)
-	var viaTopolvm, viaDirect result
-	watch(lvmd, func() { viaTopolvm = run("old", lvmd, agentDelete) })
-	watch(direct, func() { viaDirect = run("new", direct, agentDelete) })
+	var raw, viaTopolvm, viaDirect result
+	watch(lvmd, func() { viaTopolvm = run(way{"old", lvmd, agentDelete})[0] })
+	// Direct's capacity watch polls the metadata and starts no lvm
+	// process, so lvmd's own calls are measured beside it.
+	watch(direct, func() {
+		r := run(way{"raw", lvmd, remove}, way{"new", direct, agentDelete})
+		raw, viaDirect = r[0], r[1]
+	})
 	row("lvm processes per create / delete: lvmd CreateLV %v / RemoveLV %v; agent via lvmd only (GetLVList, Watch open) %v / %v; agent via Direct %v / %v",
 		raw.creates, raw.deletes, viaTopolvm.creates, viaTopolvm.deletes, viaDirect.creates, viaDirect.deletes)
-	row("delete (GetVolume + RemoveVolume) / lvmd RemoveLV, medians of %d: via lvmd only %.2f, via Direct %.2f (goal <= 1.10); RemoveLV %v",
+	row("delete (GetVolume + RemoveVolume) / lvmd RemoveLV, medians of %d (RemoveLV and via Direct side by side): via lvmd only %.2f, via Direct %.2f (goal <= 1.10); RemoveLV %v",
 		n, median(viaTopolvm.delTimes).Seconds()/median(raw.delTimes).Seconds(),
 		median(viaDirect.delTimes).Seconds()/median(raw.delTimes).Seconds(), median(raw.delTimes).Round(time.Millisecond))
 
@@ -231,4 +246,141 @@ func TestGuestBench(t *testing.T) {
 	if dir := os.Getenv("LVM_AGENT_RESULTS"); dir != "" {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "bench-lvmmeta.txt"), []byte(table), 0o644))
 	}
+}
+
+// interleaved runs every fn once per round, in order, and returns each
+// one's median.
+func interleaved(t *testing.T, rounds int, fns ...func() error) []time.Duration {
+	ds := make([][]time.Duration, len(fns))
+	for range rounds {
+		for i, fn := range fns {
+			t0 := time.Now()
+			require.NoError(t, fn())
+			ds[i] = append(ds[i], time.Since(t0))
+		}
+	}
+	out := make([]time.Duration, len(fns))
+	for i := range ds {
+		out[i] = median(ds[i])
+	}
+	return out
+}
+
+// coldSteps are the steps of a cold read of devs, each on its own: the
+// device list, opening each device with O_DIRECT and reading its label
+// and metadata area headers, reading the committed texts (O_DIRECT into a
+// new aligned buffer, as the Reader does; and, to compare, through the
+// page cache), their CRC, and parsing them.
+type coldSteps struct {
+	devs  []string
+	texts []textAt
+	bufs  [][]byte
+	size  uint64
+}
+
+type textAt struct {
+	dev  string
+	off  int64
+	size uint64
+}
+
+func newColdSteps(t *testing.T, devs []string) *coldSteps {
+	c := &coldSteps{devs: devs}
+	require.NoError(t, c.heads())
+	require.NotEmpty(t, c.texts, "a committed text that does not wrap")
+	require.NoError(t, c.readDirect())
+	for _, x := range c.texts {
+		c.size += x.size
+	}
+	return c
+}
+
+func (c *coldSteps) devices() error { _, err := lvmmeta.Devices(c.devs); return err }
+
+func (c *coldSteps) heads() error {
+	c.texts = c.texts[:0]
+	for _, p := range c.devs {
+		if err := c.head(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *coldSteps) head(p string) error {
+	d, err := lvmmeta.OpenDevice(p)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	b := make([]byte, 4*512)
+	if _, err := d.ReadAt(b, 0); err != nil {
+		return err
+	}
+	l, err := lvmmeta.ParseLabel(b)
+	if err != nil {
+		return err
+	}
+	for _, a := range l.MetadataAreas {
+		h := make([]byte, 512)
+		if _, err := d.ReadAt(h, int64(a.Offset)); err != nil {
+			return err
+		}
+		mh, err := lvmmeta.ParseMDAHeader(h, a)
+		if err != nil {
+			return err
+		}
+		if x := mh.Committed; x.Size > 0 && x.Offset+x.Size <= mh.Size {
+			c.texts = append(c.texts, textAt{p, int64(a.Offset + x.Offset), x.Size})
+		}
+	}
+	return nil
+}
+
+func (c *coldSteps) readDirect() error {
+	c.bufs = c.bufs[:0]
+	for _, x := range c.texts {
+		d, err := lvmmeta.OpenDevice(x.dev)
+		if err != nil {
+			return err
+		}
+		b, err := lvmmeta.ReadText(d, x.off, int(x.size))
+		_ = d.Close()
+		if err != nil {
+			return err
+		}
+		c.bufs = append(c.bufs, b)
+	}
+	return nil
+}
+
+func (c *coldSteps) readBuffered() error {
+	for _, x := range c.texts {
+		f, err := os.Open(x.dev)
+		if err != nil {
+			return err
+		}
+		_, err = f.ReadAt(make([]byte, x.size), x.off)
+		_ = f.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *coldSteps) crc() error {
+	for _, b := range c.bufs {
+		_ = lvmmeta.Checksum(b)
+	}
+	return nil
+}
+
+func (c *coldSteps) parse() error {
+	for _, b := range c.bufs {
+		if _, err := lvmmeta.ParseVG(b, lvmmeta.DefaultLimits); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -2,7 +2,8 @@
 # `make bench-lvm` and `make bench-dm`: one benchmark in one fresh guest.
 #   lvm  what the agent adds to lvmd (integration/guest/bench_test.go): medians
 #        of (a) raw lvmd CreateLV / RemoveLV, (b) the same through the agent
-#        (request written -> created / deleted seen), (c) a burst of creates
+#        (request written -> created / deleted seen), taken sample by sample
+#        side by side with (a), (c) a burst of creates
 #        (all written -> all created), the ratios (b)/(a) and (c)/(n x a)
 #        against their goals (1.10, 1.05), and where the time goes; then
 #        the meta rows. Table: $LVM_AGENT_CACHE/run/bench-results/results/bench.txt.
