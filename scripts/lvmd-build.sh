@@ -53,8 +53,12 @@ build_google() {
   log "google-lvmd built in $((SECONDS - t0)) s"
 }
 
-# NAME... (lvmd, google-lvmd; default both): build only these.
+# NAME... (lvmd, google-lvmd; default both): build only these. Concurrent
+# callers (scripts/vm/images.sh beside scripts/vm/guest-files.sh) wait for
+# each other instead of building the same binary twice.
 mkdir -p "$OUT"
+exec 9>"$OUT/.lock"
+flock 9
 names=("$@")
 [ $# -gt 0 ] || names=(lvmd google-lvmd)
 for n in "${names[@]}"; do

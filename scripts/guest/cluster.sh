@@ -26,6 +26,7 @@ NODE=$(hostname)
 NODE_IP=192.168.222.2
 POD_CIDR=10.88.0.0/24
 SERVICE_CIDR=10.96.0.0/16
+SERVICE_IP=10.96.0.1 # the kubernetes Service's ClusterIP, the first of SERVICE_CIDR
 PKI=$DIR/pki
 LOGS=$DIR/logs
 export PATH=$bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin
@@ -122,6 +123,58 @@ images() {
   log "images imported: $(ctr -n k8s.io images ls -q | grep -c localhost/) ($(ctr -n k8s.io images ls -q | grep localhost/ | paste -sd' '))"
 }
 
+# pki: what the cluster needs to run with authentication and authorization
+# on, as a real cluster does, made with openssl (Debian's OpenSSL 3): a CA,
+# the API server's serving certificate (valid for the node's address and for
+# the `kubernetes` Service's ClusterIP, which pods dial), a client certificate
+# for the API server to reach kubelet, the service-account signing key (the
+# API server reads its public half from the same file), and a kubeconfig per
+# component whose groups are the ones Kubernetes' bootstrap RBAC and Node
+# authorizer grant. ECDSA P-256 keys; client and serving certificates valid
+# for a year.
+pki() {
+  mkdir -p "$PKI"
+  chmod 700 "$PKI"
+  local cnf=$PKI/openssl.cnf
+  printf '%s\n' '[req]' 'distinguished_name = dn' '[dn]' \
+    '[ca]' 'basicConstraints = critical,CA:TRUE' \
+    'keyUsage = critical,digitalSignature,keyEncipherment,keyCertSign' 'subjectKeyIdentifier = hash' \
+    '[server]' 'basicConstraints = critical,CA:FALSE' 'keyUsage = critical,digitalSignature,keyEncipherment' \
+    'extendedKeyUsage = serverAuth' 'authorityKeyIdentifier = keyid' \
+    "subjectAltName = IP:$NODE_IP,IP:$SERVICE_IP,IP:127.0.0.1,DNS:$NODE,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local" \
+    '[client]' 'basicConstraints = critical,CA:FALSE' 'keyUsage = critical,digitalSignature,keyEncipherment' \
+    'extendedKeyUsage = clientAuth' 'authorityKeyIdentifier = keyid' >"$cnf"
+  local ec=(-newkey ec -pkeyopt ec_paramgen_curve:P-256 -noenc)
+  openssl req -config "$cnf" -x509 "${ec[@]}" -keyout "$PKI/ca.key" -out "$PKI/ca.crt" \
+    -subj /CN=lvm-agent-guest-ca -days 3650 -extensions ca 2>/dev/null
+  # SEC1 ("EC PRIVATE KEY"): the only EC form the API server reads a public key from.
+  openssl ecparam -name prime256v1 -genkey -noout -out "$PKI/sa.key"
+  # NAME EXTENSIONS SUBJECT: NAME.key and NAME.crt, signed by the CA (a
+  # random serial), in one openssl run each (a run costs ~0.1 s under TCG);
+  # a client's NAME.conf too, a small fixed document written here: four
+  # kubectl runs per file would cost seconds under TCG.
+  local name ext subj
+  while read -r name ext subj; do
+    openssl req -config "$cnf" -x509 -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" "${ec[@]}" \
+      -keyout "$PKI/$name.key" -out "$PKI/$name.crt" -subj "$subj" -days 365 -extensions "$ext" 2>/dev/null
+    [ "$ext" = client ] && [ "$name" != apiserver-kubelet-client ] || continue
+    printf '%s\n' 'apiVersion: v1' 'kind: Config' 'clusters:' '- name: guest' \
+      "  cluster: {server: \"https://$NODE_IP:6443\", certificate-authority: \"$PKI/ca.crt\"}" \
+      'users:' "- name: $name" "  user: {client-certificate: \"$PKI/$name.crt\", client-key: \"$PKI/$name.key\"}" \
+      'contexts:' '- name: guest' "  context: {cluster: guest, user: $name}" 'current-context: guest' >"$PKI/$name.conf"
+  done <<END
+apiserver server /CN=kube-apiserver
+apiserver-kubelet-client client /O=system:masters/CN=kube-apiserver-kubelet-client
+admin client /O=system:masters/CN=kubernetes-admin
+kubelet client /O=system:nodes/CN=system:node:$NODE
+scheduler client /CN=system:kube-scheduler
+controller-manager client /CN=system:kube-controller-manager
+kube-proxy client /CN=system:kube-proxy
+END
+  chmod 600 "$PKI"/*
+  log "PKI and kubeconfigs in $PKI (API server https://$NODE_IP:6443)"
+}
+
 control_plane_up() {
   daemon etcd etcd --data-dir /var/lib/etcd --unsafe-no-fsync \
     --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
@@ -195,7 +248,7 @@ up() {
   mkdir -p "$DIR" "$LOGS"
   network
   filesystems
-  lvm-devcluster pki --dir "$PKI" --node-ip "$NODE_IP" --node "$NODE" >&2
+  pki
   log "starting etcd and kube-apiserver (TCG: 1-2 min until ready); containerd, the images and kubelet meanwhile"
   control_plane_up
   containerd_up

@@ -9,8 +9,9 @@
 #                   /init that runs one command (see scripts/vm/run.sh); for the
 #                   one-node cluster (scripts/guest/cluster.sh): runc, the CNI
 #                   plugins, nft, util-linux's mount/blkid/fsck (kubelet formats
-#                   and mounts local volumes with them) and the container
-#                   networking modules.
+#                   and mounts local volumes with them), openssl (the
+#                   cluster's certificates) and the container networking
+#                   modules.
 # Guest packages are fetched with `apt-get download` and never installed on the
 # host. The output is cached under a hash of this script and the exact .deb
 # files, so it is rebuilt only when one of them changes.
@@ -19,7 +20,7 @@ set -euo pipefail
 CACHE=${LVM_AGENT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lvm-agent}
 HOST_PKGS=(qemu-system-x86 cpio kmod xz-utils)
 GUEST_PKGS=(bash busybox-static lvm2 dmsetup thin-provisioning-tools e2fsprogs mount
-  runc containernetworking-plugins nftables util-linux)
+  runc containernetworking-plugins nftables util-linux openssl)
 # Loaded in this order, each after its dependencies. crc32c_generic must be
 # explicit: libcrc32c asks for it through request_module, and the guest has no
 # working modprobe, so dm-thin-pool would fail with "Unknown symbol".
@@ -133,7 +134,7 @@ xz -dc --single-stream >"$work/out/vmlinux" < <(tail -c +$((off + 1)) "$k/boot/v
 r=$work/root
 mkdir -p "$r"/{usr/bin,usr/sbin,usr/local/bin,usr/local/sbin,$LIBDIR,usr/lib64,etc,proc,sys,dev,tmp,run,share,root,opt,mnt,var/tmp,var/log}
 for d in bin sbin lib lib64; do ln -s "usr/$d" "$r/$d"; done
-for p in bash lvm2 dmsetup thin-provisioning-tools e2fsprogs runc nftables; do
+for p in bash lvm2 dmsetup thin-provisioning-tools e2fsprogs runc nftables openssl; do
   for d in bin sbin usr/bin usr/sbin etc; do
     if [ -d "$work/pkgs/$p/$d" ]; then cp -a "$work/pkgs/$p/$d/." "$r/$d/"; fi
   done

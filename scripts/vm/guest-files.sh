@@ -7,7 +7,7 @@
 #   lvmd, google-lvmd      scripts/lvmd-build.sh (cold: ~4 min)
 #   lvm-agent              ./cmd/lvm-agent
 #   guest.test             the in-guest suite, ./integration/guest (tag guest)
-#   lvm-devcluster         the demo's control plane and fixtures (tag guest)
+#   lvm-devcluster         make demo-cli's control plane and fixtures (tag guest)
 #   devmapper.test         ./lvmbackend/devmapper's guest tests (tag guest)
 #   lvmmeta.test           ./lvmbackend/lvmmeta's guest tests (tag guest)
 # and, only when named, for the one-node cluster (scripts/guest/cluster.sh):
@@ -54,31 +54,11 @@ done
 # google/lvmd only when named or for the suite (guest.test): the cluster runs topolvm's.
 daemons=(lvmd)
 case " ${want[*]} " in *" guest.test "* | *" google-lvmd "*) daemons+=(google-lvmd) ;; esac
-# lvmd, containerd and helm build beside etcd and Kubernetes: cold, each
-# build has phases that leave a core idle (module downloads, links).
-dirs=$(mktemp -d)
-trap 'rm -rf "$dirs"' EXIT
-pids=()
-"$root/scripts/lvmd-build.sh" "${daemons[@]}" >"$dirs/lvmd" & pids+=($!)
-[ ${#containerd[@]} -eq 0 ] || { "$root/scripts/containerd-build.sh" >"$dirs/containerd" & pids+=($!); }
-[ -z "$helm" ] || { "$root/scripts/helm.sh" >"$dirs/helm" & pids+=($!); }
-assets=$("$root/scripts/kube-assets.sh" "${kube[@]}")
-for p in "${pids[@]}"; do wait "$p"; done # set -e: a failed build ends the script
-prebuilt=("$assets/etcd" "$assets/kube-apiserver")
-for d in "${daemons[@]}"; do prebuilt+=("$(cat "$dirs/lvmd")/$d"); done
-for w in "${kube[@]}"; do prebuilt+=("$assets/$w"); done
-for w in "${containerd[@]}"; do prebuilt+=("$(cat "$dirs/containerd")/$w"); done
-[ -z "$helm" ] || prebuilt+=("$(cat "$dirs/helm")")
-for f in "${prebuilt[@]}"; do
-  ln -f "$f" "$OUT/" 2>/dev/null || cp -f "$f" "$OUT/"
-done
-
 # Go's build cache makes these quick when nothing changed. Each is written
 # under a temporary name and renamed, so a concurrent reader never sees half
 # a binary.
 export CGO_ENABLED=0
 flags=(-trimpath -ldflags "-s -w $("$root/scripts/version.sh")")
-rc=0
 build() { # NAME GO-ARGS... PACKAGE
   local name=$1 pkg=${*: -1}
   set -- "${@:2:$#-2}"
@@ -91,20 +71,49 @@ build() { # NAME GO-ARGS... PACKAGE
     rm -f "$OUT/$name" "$OUT/.$name.tmp"
     log "$name does not build:"
     sed 's/^/  /' "$OUT/.$name.log" >&2
-    rc=1
+    return 1
   fi
 }
-for w in "${want[@]}"; do
-  case $w in
-    lvm-agent) build lvm-agent build "${flags[@]}" ./cmd/lvm-agent ;;
-    guest.test) build guest.test test -c -tags guest "${flags[@]}" ./integration/guest ;;
-    lvm-devcluster) build lvm-devcluster build -tags guest "${flags[@]}" ./integration/guest/devcluster ;;
-    devmapper.test) build devmapper.test test -c -tags guest "${flags[@]}" ./lvmbackend/devmapper ;;
-    lvmmeta.test) build lvmmeta.test test -c -tags guest "${flags[@]}" ./lvmbackend/lvmmeta ;;
-    images) IMAGE_ARCHES=amd64 "$here/images.sh" "$OUT/images" >/dev/null || rc=1 ;; # the guest is amd64
-    etcd | kube-apiserver | lvmd | google-lvmd | kube* | containerd* | ctr | helm) ;; # linked above
-    *) log "unknown binary $w"; exit 2 ;;
-  esac
+# project: this checkout's binaries and images; exit code 1 if one does not build.
+project() {
+  local rc=0 w
+  for w in "${want[@]}"; do
+    case $w in
+      lvm-agent) build lvm-agent build "${flags[@]}" ./cmd/lvm-agent || rc=1 ;;
+      guest.test) build guest.test test -c -tags guest "${flags[@]}" ./integration/guest || rc=1 ;;
+      lvm-devcluster) build lvm-devcluster build -tags guest "${flags[@]}" ./integration/guest/devcluster || rc=1 ;;
+      devmapper.test) build devmapper.test test -c -tags guest "${flags[@]}" ./lvmbackend/devmapper || rc=1 ;;
+      lvmmeta.test) build lvmmeta.test test -c -tags guest "${flags[@]}" ./lvmbackend/lvmmeta || rc=1 ;;
+      images) IMAGE_ARCHES=amd64 "$here/images.sh" "$OUT/images" >/dev/null || rc=1 ;; # the guest is amd64
+      etcd | kube-apiserver | lvmd | google-lvmd | kube* | containerd* | ctr | helm) ;; # linked below
+      *) log "unknown binary $w"; return 2 ;;
+    esac
+  done
+  return $rc
+}
+
+# lvmd, containerd, helm and this checkout's own binaries build beside etcd
+# and Kubernetes: cold, each build has phases that leave a core idle (module
+# downloads, links).
+dirs=$(mktemp -d)
+trap 'rm -rf "$dirs"' EXIT
+pids=()
+"$root/scripts/lvmd-build.sh" "${daemons[@]}" >"$dirs/lvmd" & pids+=($!)
+[ ${#containerd[@]} -eq 0 ] || { "$root/scripts/containerd-build.sh" >"$dirs/containerd" & pids+=($!); }
+[ -z "$helm" ] || { "$root/scripts/helm.sh" >"$dirs/helm" & pids+=($!); }
+project & own=$!
+assets=$("$root/scripts/kube-assets.sh" "${kube[@]}")
+for p in "${pids[@]}"; do wait "$p"; done # set -e: a failed build ends the script
+rc=0
+wait "$own" || rc=$?
+[ $rc -ne 2 ] || exit 2
+prebuilt=("$assets/etcd" "$assets/kube-apiserver")
+for d in "${daemons[@]}"; do prebuilt+=("$(cat "$dirs/lvmd")/$d"); done
+for w in "${kube[@]}"; do prebuilt+=("$assets/$w"); done
+for w in "${containerd[@]}"; do prebuilt+=("$(cat "$dirs/containerd")/$w"); done
+[ -z "$helm" ] || prebuilt+=("$(cat "$dirs/helm")")
+for f in "${prebuilt[@]}"; do
+  ln -f "$f" "$OUT/" 2>/dev/null || cp -f "$f" "$OUT/"
 done
 if [ -z "$stage" ]; then
   echo "$OUT"

@@ -25,9 +25,14 @@ echo "node: host load at the start: $(load)"
 # helm only for --install helm: a cold build of it costs minutes.
 helm=
 case " $* " in *" --install helm "*) helm=helm ;; esac
+# The guest image (Debian's packages: downloads, unpacking) is made beside
+# the builds; run.sh then finds it cached.
+"$here/build-guest.sh" >/dev/null &
+guest=$!
 files=$("$here/guest-files.sh" --stage etcd kube-apiserver kube-controller-manager kube-scheduler \
-  kubelet kubectl kube-proxy containerd containerd-shim-runc-v2 ctr lvm-devcluster images $helm)
+  kubelet kubectl kube-proxy containerd containerd-shim-runc-v2 ctr images $helm)
 trap 'rm -rf "$files"' EXIT
+wait "$guest" || echo "node: the guest image was not built; run.sh tries again"
 cp -a "$root/deploy" "$files/deploy"
 cp -a "$root/charts" "$files/charts"
 echo "node: built in $((SECONDS - t0)) s; booting the guest (host load: $(load))"

@@ -8,7 +8,6 @@
 //	lvm-devcluster up  --assets DIR --dir DIR [--timeout 480s]
 //	lvm-devcluster pvc --kubeconfig F --namespace NS --name NAME --node NODE
 //	lvm-devcluster pv  --kubeconfig F --name NAME --claim NS/NAME --node NODE --spec VG/LV
-//	lvm-devcluster pki --dir DIR --node-ip IP --node NODE   (scripts/guest/cluster.sh)
 //
 // "up" writes DIR/kubeconfig once the API server is ready, then runs until
 // SIGTERM or SIGINT and stops etcd and kube-apiserver.
@@ -50,8 +49,6 @@ func main() {
 		err = pv(os.Args[2:])
 	case "release":
 		err = release(os.Args[2:])
-	case "pki":
-		err = pki(os.Args[2:])
 	default:
 		usage()
 	}
@@ -62,7 +59,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: lvm-devcluster up|pvc|pv|release|pki [flags] (-h for each)")
+	fmt.Fprintln(os.Stderr, "usage: lvm-devcluster up|pvc|pv|release [flags] (-h for each)")
 	os.Exit(2)
 }
 
