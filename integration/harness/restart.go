@@ -119,6 +119,22 @@ func (cp *ControlPlane) APIServerPID() (int, error) {
 	if certDir == "" {
 		return 0, fmt.Errorf("the control plane was not started Restartable")
 	}
+	return findPID("kube-apiserver", "--cert-dir="+certDir, func(a string) bool { return a == "--cert-dir="+certDir })
+}
+
+// EtcdPID is the process id of the control plane's etcd, found like
+// APIServerPID's by its data directory, which is unique to it.
+func (cp *ControlPlane) EtcdPID() (int, error) {
+	dir := cp.Env.ControlPlane.Etcd.DataDir
+	if dir == "" {
+		return 0, fmt.Errorf("the control plane's etcd has no data directory")
+	}
+	return findPID("etcd", "data directory "+dir, func(a string) bool { return strings.Contains(a, dir) })
+}
+
+// findPID is the process id of the process running the binary named name
+// with an argument for which arg is true (what describes that argument).
+func findPID(name, what string, arg func(string) bool) (int, error) {
 	procs, err := filepath.Glob("/proc/[0-9]*/cmdline")
 	if err != nil {
 		return 0, err
@@ -129,7 +145,7 @@ func (cp *ControlPlane) APIServerPID() (int, error) {
 			continue // gone meanwhile
 		}
 		args := strings.Split(string(raw), "\x00")
-		if filepath.Base(args[0]) != "kube-apiserver" || !slices.Contains(args, "--cert-dir="+certDir) {
+		if filepath.Base(args[0]) != name || !slices.ContainsFunc(args, arg) {
 			continue
 		}
 		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p)))
@@ -138,7 +154,7 @@ func (cp *ControlPlane) APIServerPID() (int, error) {
 		}
 		return pid, nil
 	}
-	return 0, fmt.Errorf("no kube-apiserver process with --cert-dir=%s", certDir)
+	return 0, fmt.Errorf("no %s process with %s", name, what)
 }
 
 // StartObserver starts a second kube-apiserver on cp's etcd, without a watch

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -141,25 +140,13 @@ func hostCPUSeconds() (float64, error) {
 	return busy / 100, nil // USER_HZ
 }
 
-// etcdStats is /proc of the control plane's etcd, found by its data directory.
+// etcdStats is /proc of the control plane's etcd.
 func etcdStats(cp *harness.ControlPlane) (procStats, error) {
-	dir := cp.Env.ControlPlane.Etcd.DataDir
-	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, p := range procs {
-		raw, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
-		args := strings.Split(string(raw), "\x00")
-		if filepath.Base(args[0]) != "etcd" || dir == "" || !slices.ContainsFunc(args, func(a string) bool { return strings.Contains(a, dir) }) {
-			continue
-		}
-		var pid int
-		if _, err := fmt.Sscanf(filepath.Base(filepath.Dir(p)), "%d", &pid); err == nil {
-			return pidStats(pid)
-		}
+	pid, err := cp.EtcdPID()
+	if err != nil {
+		return procStats{}, err
 	}
-	return procStats{}, fmt.Errorf("no etcd process with data directory %q", dir)
+	return pidStats(pid)
 }
 
 // attribute fills a burstWhy from the samples around the burst and its requests.
