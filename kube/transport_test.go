@@ -176,11 +176,7 @@ func TestInstrumentTimesTheRateLimiter(t *testing.T) {
 // histogram is the one histogram named name that c collects.
 func histogram(t *testing.T, c prometheus.Collector, name string) *dto.Histogram {
 	t.Helper()
-	reg := prometheus.NewRegistry()
-	require.NoError(t, reg.Register(c))
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
+	for _, mf := range families(t, c) {
 		if mf.GetName() == name {
 			return mf.GetMetric()[0].GetHistogram()
 		}
@@ -194,15 +190,21 @@ func TestObjectsReceivedNil(t *testing.T) {
 	m.ObjectsReceived("persistentvolumes", SourceUnlabelled, Foreign, 3) // no metrics: no panic
 }
 
-// gather reads every sample of c, by key.
-func gather(t *testing.T, c prometheus.Collector) map[string]float64 {
+// families is what c collects.
+func families(t *testing.T, c prometheus.Collector) []*dto.MetricFamily {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	require.NoError(t, reg.Register(c))
 	mfs, err := reg.Gather()
 	require.NoError(t, err)
+	return mfs
+}
+
+// gather reads every sample of c, by key.
+func gather(t *testing.T, c prometheus.Collector) map[string]float64 {
+	t.Helper()
 	out := map[string]float64{}
-	for _, mf := range mfs {
+	for _, mf := range families(t, c) {
 		for _, m := range mf.GetMetric() {
 			var pairs []string
 			for _, l := range m.GetLabel() {
