@@ -156,10 +156,7 @@ func run(o options) error {
 	if o.dmControl != "" {
 		devices = agent.OpenDevices(o.dmControl, reg)
 	}
-	node := kube.Node{Name: o.nodeName, Drivers: splitList(o.drivers), Provisioners: splitList(o.provisioners)}
-	if node.Hostname, err = kube.NodeHostname(ctx, client, o.nodeName); err != nil {
-		klog.ErrorS(err, "Cannot read this Node's hostname label; local PVs are matched with the node name", "node", o.nodeName)
-	}
+	node := withHostname(ctx, client, kube.Node{Name: o.nodeName, Drivers: splitList(o.drivers), Provisioners: splitList(o.provisioners)})
 	inf := kube.NewInformers(client, o.nodeName, mode, kube.WithOwner(node), kube.WithMetrics(clientMetrics))
 	a, err := agent.New(agent.Config{
 		Node:          node,
@@ -253,6 +250,17 @@ func agentConfig(kubeconfig string) (*rest.Config, error) {
 		return nil, fmt.Errorf("kubernetes client config: %w", err)
 	}
 	return cfg, nil
+}
+
+// withHostname is node with its Node's kubernetes.io/hostname label, which
+// a local PV's affinity names; a Node it cannot read is logged, and its
+// node name then stands for the label (kube.Node.Hostname "").
+func withHostname(ctx context.Context, c kubernetes.Interface, node kube.Node) kube.Node {
+	var err error
+	if node.Hostname, err = kube.NodeHostname(ctx, c, node.Name); err != nil {
+		klog.ErrorS(err, "Cannot read this Node's hostname label; local PVs are matched with the node name", "node", node.Name)
+	}
+	return node
 }
 
 // newClient is a daemon's client: agentConfig's config, tuned.

@@ -19,7 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
 	"github.com/lvm-agent/lvm-agent/agent"
@@ -163,18 +162,14 @@ func status(ctx context.Context, c kubernetes.Interface, o statusOptions) error 
 	return nil
 }
 
-// kubeNode is the node whose requests status shows (Name "": every node).
-// Like the agent, it reads the Node's hostname label: a local PV's affinity
-// names that label's value, which may differ from the node name.
+// kubeNode is the node whose requests status shows (Name "": every node),
+// with its hostname label read as the agent reads it.
 func (o statusOptions) kubeNode(ctx context.Context, c kubernetes.Interface) kube.Node {
 	node := kube.Node{Name: o.node, Drivers: splitList(o.drivers), Provisioners: []string{kube.DefaultProvisioner}}
-	if node.Name != "" {
-		var err error
-		if node.Hostname, err = kube.NodeHostname(ctx, c, node.Name); err != nil {
-			klog.ErrorS(err, "Cannot read this Node's hostname label; local PVs are matched with the node name", "node", node.Name)
-		}
+	if node.Name == "" {
+		return node
 	}
-	return node
+	return withHostname(ctx, c, node)
 }
 
 // statusCheck is what the API side is compared with.
