@@ -7,10 +7,12 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -192,13 +194,43 @@ func ServeLVMD(t TB, lvm *lvmdfake.LVM) (*lvmdfake.Topolvm, string) {
 	return srv, socket
 }
 
-// FreeAddr is a loopback address with a port free at the time of the call.
+// FreeAddr is a loopback address with a port free at the time of the call,
+// for a child process to listen on. The port is drawn at random below the
+// kernel's ephemeral range (net.ipv4.ip_local_port_range): a port that
+// Listen(":0") returned, once closed, can be handed out again as the local
+// port of an outgoing connection before the child binds it (seen with 300
+// agents dialling one API server), while ports below that range are only
+// ever bound on purpose. A port is never handed out twice by one process.
 func FreeAddr(t TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("%v", err)
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > 11000 {
+				low = n
+			}
+		}
 	}
-	defer l.Close()
-	return l.Addr().String()
+	handedMu.Lock()
+	defer handedMu.Unlock()
+	for range 1000 {
+		port := 10000 + rand.IntN(low-10000)
+		if handed[port] {
+			continue
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		handed[port] = true
+		return l.Addr().String()
+	}
+	t.Fatalf("no free port in 127.0.0.1:10000-%d after 1000 tries", low-1)
+	return ""
 }
+
+var (
+	handedMu sync.Mutex
+	handed   = map[int]bool{}
+)
