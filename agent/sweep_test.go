@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -189,4 +190,44 @@ func TestStaleSweptObjectReadAgain(t *testing.T) {
 	e.agent.Swept(stale)
 	assert.Equal(t, kube.StateCreated, e.waitPVC(t, "default", "pvc")[kube.AnnLifecycle])
 	assert.Equal(t, 1, conflicts, "one conflict, then the fresh object")
+}
+
+// The hand-over between the sources: a request found by a sweep and still
+// open when the labeller labels it is the informers' from then on; it is
+// answered once, and the next sweep (which reads it once more, as it left
+// the unlabelled objects) writes nothing and leaves nothing held.
+func TestHybridSweptThenLabelled(t *testing.T) {
+	e, s := startHybrid(t)
+	ctx := context.Background()
+	busy := make(chan struct{})
+	e.lvm.SetHook(func(string, string, string) error {
+		select {
+		case <-busy:
+			return nil
+		default:
+			return errors.New("lvm is busy") // keeps it open
+		}
+	})
+	pvc := e.pvc(t, "default", "pvc", node, spec(`{"volumeGroup":"thick","name":"lv1","size":4096}`))
+	require.NoError(t, s.Sweep(ctx))
+	require.Eventually(t, func() bool { return e.agent.DSW.Len() == 1 }, 5*time.Second, 5*time.Millisecond)
+	fresh, err := e.client.CoreV1().PersistentVolumeClaims("default").Get(ctx, pvc.Name, metav1.GetOptions{})
+	require.NoError(t, err)
+	require.NoError(t, kube.LabelRequest(ctx, e.client, fresh, kube.NodeLabelValue(node)))
+	close(busy)
+	assert.Equal(t, kube.StateCreated, e.waitPVC(t, "default", "pvc")[kube.AnnLifecycle])
+	require.NoError(t, s.Sweep(ctx))
+	require.NoError(t, s.Sweep(ctx))
+	time.Sleep(50 * time.Millisecond)
+	answers := 0
+	for _, a := range e.client.Actions() {
+		if p, ok := a.(k8stesting.PatchAction); ok && strings.Contains(string(p.GetPatch()), `"`+kube.AnnLifecycle+`":"`+kube.StateCreated+`"`) {
+			answers++
+		}
+	}
+	assert.Equal(t, 1, answers, "one answer")
+	assert.Zero(t, e.agent.DSW.Len(), "nothing held")
+	lvs, err := e.lvm.List("thick")
+	require.NoError(t, err)
+	assert.Len(t, lvs, 1)
 }

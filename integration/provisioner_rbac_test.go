@@ -95,6 +95,19 @@ func TestProvisionerRBAC(t *testing.T) {
 		assert.Empty(t, lvs)
 	})
 
+	// The leader's labeller: a request of a provisioner that does not label
+	// gets the node's label (the binary's code path, under the role).
+	t.Run("labels an unlabelled request", func(t *testing.T) {
+		harness.PVC(t, admin, "default", "prov-unlabelled", node.Name)
+		_, err := kube.UpdatePvcWithAnnotations(ctx, admin, "default", "prov-unlabelled", "",
+			kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreating, kube.AnnSpec: `{"volumeGroup":"vg1","name":"prov-unl","size":4194304}`}), nil)
+		require.NoError(t, err)
+		require.NoError(t, wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+			p, err := admin.CoreV1().PersistentVolumeClaims("default").Get(ctx, "prov-unlabelled", metav1.GetOptions{})
+			return err == nil && p.Labels[kube.LabelNode] == kube.NodeLabelValue(node.Name) && p.Annotations[kube.AnnLifecycle] == kube.StateCreated, nil
+		}), "labelled by the provisioner and answered")
+	})
+
 	var refused []string
 	for _, line := range strings.Split(proc.Output(), "\n") {
 		if l := strings.ToLower(line); strings.Contains(l, "forbidden") || strings.Contains(l, "unauthorized") {

@@ -99,7 +99,6 @@ func TestWatchModes(t *testing.T) {
 			}
 			if c.mode == kube.WatchHybrid {
 				assert.Greater(t, m[`lvm_agent_sweeps_total{result="ok"}`], 0.0)
-				assert.Greater(t, m[`lvm_agent_unlabelled_watches_total{resource="persistentvolumeclaims"}`], 0.0)
 				assert.Equal(t, 1.0, m[`lvm_agent_unlabelled_requests_total{resource="persistentvolumeclaims"}`])
 				assert.Equal(t, 1.0, m[`lvm_agent_unlabelled_requests_total{resource="persistentvolumes"}`])
 				assert.GreaterOrEqual(t, m[`lvm_agent_kube_objects_received_total{foreign="true",resource="persistentvolumeclaims",source="unlabelled"}`], 10.0,

@@ -25,12 +25,11 @@ const (
 	// filtered by the API server: the cost grows with the node only, but a
 	// request without the label is never seen.
 	WatchLabelled WatchMode = "labelled"
-	// WatchHybrid watches like WatchLabelled and finds the requests of
-	// provisioners that do not label through a Sweeper: it lists the
-	// unlabelled objects once, then watches them (listing again only when
-	// the watch cannot resume, and every --sweep-interval as a safety net),
-	// so that unlabelled requests are answered at once too, and none is
-	// ignored.
+	// WatchHybrid watches like WatchLabelled; the requests of provisioners
+	// that do not label are labelled by the provisioner's Labeller (one
+	// watcher per cluster) and then arrive like the others, and a Sweeper
+	// lists the unlabelled objects at start and every --sweep-interval, so
+	// that none is ignored where no labeller runs.
 	WatchHybrid WatchMode = "hybrid"
 )
 

@@ -105,6 +105,34 @@ func (n Node) Classify(obj any) (owned, open bool) {
 	return false, false
 }
 
+// Route is the node an open request is for, by the rules the owners read
+// (OwnsPVC, OwnsPV), for whoever labels it: a PVC "creating" goes to its
+// selected-node; a PV "deleting" to the value of its node affinity (a single
+// term, expression and value), which is the node name for a CSI PV (its
+// driver's topology key) and the Node's kubernetes.io/hostname label for a
+// local PV (byHostname: the caller finds the Node that carries it). ok is
+// false for anything else: no one is asked to answer it.
+func Route(obj any) (node string, byHostname, ok bool) {
+	switch o := obj.(type) {
+	case *corev1.PersistentVolumeClaim:
+		node = o.Annotations[AnnSelectedNode]
+		return node, false, node != "" && o.Annotations[AnnLifecycle] == StateCreating
+	case *corev1.PersistentVolume:
+		if o.Annotations[AnnLifecycle] != StateDeleting {
+			return "", false, false
+		}
+		key, value, ok := affinityNode(o)
+		switch {
+		case !ok:
+		case o.Spec.CSI != nil:
+			return value, false, true
+		case o.Spec.Local != nil && key == corev1.LabelHostname:
+			return value, true, true
+		}
+	}
+	return "", false, false
+}
+
 // Misdirected reports an open request labelled for this node that this node
 // does not own: the label and the owner disagree, and the agent only warns.
 // (In labelled or hybrid mode such a request may be seen by no other agent.)

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 )
@@ -100,6 +101,25 @@ func UpdatePvWithAnnotations(ctx context.Context, c kubernetes.Interface, name, 
 // apierrors.IsNotFound recognizes.
 func UpdateNodeWithAnnotations(ctx context.Context, c kubernetes.Interface, name, resourceVersion string, annotations Change) (*corev1.Node, error) {
 	return patch(ctx, c.CoreV1().Nodes().Patch, "Node "+name, name, resourceVersion, annotations, nil)
+}
+
+// LabelRequest writes the volume.node label, value, on an unlabelled PVC or
+// PV (the labeller's only write): a merge patch of that one label,
+// conditional on the resourceVersion obj was read at, so that it never lands
+// on an object changed since (a 409 the caller reads again).
+func LabelRequest(ctx context.Context, c kubernetes.Interface, obj runtime.Object, value string) error {
+	m, err := metaOf(obj)
+	if err != nil {
+		return err
+	}
+	label := Set(map[string]string{LabelNode: value})
+	switch obj.(type) {
+	case *corev1.PersistentVolumeClaim:
+		_, err = UpdatePvcWithAnnotations(ctx, c, m.GetNamespace(), m.GetName(), m.GetResourceVersion(), nil, label)
+	default:
+		_, err = UpdatePvWithAnnotations(ctx, c, m.GetName(), m.GetResourceVersion(), nil, label)
+	}
+	return err
 }
 
 // OneLine makes an error fit the volume.error annotation: one line, bounded.

@@ -10,11 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -23,22 +21,33 @@ import (
 // The hybrid watch mode's second source. The informers watch only objects
 // labelled for this node, which keeps the agent's cost independent of the
 // cluster's size; a provisioner that does not set the label (one written for
-// the original agent) would then go unanswered. The Sweeper lists the PVCs
-// and PVs that carry no volume.node label at all, then watches them from the
-// list's resourceVersion, and hands the open requests of this node to the
-// agent, which treats them as informer events.
+// the original agent) would then go unanswered. The provisioner's Labeller
+// labels such requests (one watcher of the unlabelled objects per cluster),
+// and the informers deliver them. The Sweeper is the safety net for a
+// cluster where no labeller runs: it lists the PVCs and PVs that carry no
+// volume.node label at all, at start and every Interval, and hands the open
+// requests of this node to the agent, which treats them as informer events.
 //
-// Measured (make bench-scale, 25,000 unlabelled objects among 100,000): a
-// list of them every 30 s cost each agent about 1 MB/s and answered their
-// requests after up to 44 s; one list (~30 MB) and a watch cost only their
-// changes after the start, and answer at once. The list is paginated and
-// asks for the latest state (resourceVersion unset), which kube-apiserver
-// serves from its watch cache (ConsistentListFromCache,
+// It lists and never watches. Measured (make bench-cluster, hybrid mode,
+// docs/architecture.md "Scale"): with a watch of the unlabelled objects on
+// every agent, every unlabelled change went to every node, 332 watch events
+// per transition at 300 agents against 4.2 in labelled mode; the API
+// server's cost per transition grew 2.3 times from 1 agent to 300. A list
+// costs each agent its unlabelled objects once per Interval instead, paged:
+// the list asks for the latest state (resourceVersion unset), which
+// kube-apiserver serves from its watch cache (ConsistentListFromCache,
 // ListFromCacheSnapshot): etcd is read for one revision only, and the agent
 // holds a page at a time, never the list. (resourceVersion "0" is served
 // from the cache too, but ignores the page size, and may be older than what
 // the agent has seen.) Nothing of the unlabelled objects is cached but the
 // open requests of this node.
+//
+// A request handed over stays held until a list no longer shows it open:
+// answered, it is handed over once more; gone from the unlabelled objects
+// (deleted, or labelled since: the labeller's hand-over to the informers),
+// it is read once more and handed over as it is now, or as gone. The agent
+// thus sees every held request's next state, at the latest one Interval
+// later, whichever source shows it first.
 //
 // Why not a second pair of informers on !volume.node with the stub
 // transform, which would replace most of this file (issue 18): measured, it
@@ -75,8 +84,7 @@ type SweepTarget interface {
 // SweepConfig configures a Sweeper.
 type SweepConfig struct {
 	Node Node
-	// Interval between full lists besides the watch, a safety net (0: only
-	// at start, and when the watch cannot resume).
+	// Interval between full lists (0: only at start).
 	Interval time.Duration
 	// PageSize bounds the objects of one list response (default 500).
 	PageSize int64
@@ -86,14 +94,9 @@ type SweepConfig struct {
 	Metrics  *ClientMetrics
 	// Registerer registers the sweeper's own metrics (nil: not registered).
 	Registerer prometheus.Registerer
-	// RehandDelay: a request that appears in the unlabelled watch is handed
-	// over again after this long (default 5 s), in case it appeared because
-	// its label was removed and the informers' removal reached the agent
-	// second and made it forget the request.
-	RehandDelay time.Duration
 }
 
-// Sweeper lists and watches the unlabelled PVCs and PVs.
+// Sweeper lists the unlabelled PVCs and PVs.
 type Sweeper struct {
 	target    SweepTarget
 	cfg       SweepConfig
@@ -108,16 +111,12 @@ type Sweeper struct {
 	duration prometheus.Histogram
 	listed   *prometheus.GaugeVec
 	found    *prometheus.CounterVec
-	watches  *prometheus.CounterVec
 }
 
 // NewSweeper makes a sweeper; Run starts it.
 func NewSweeper(c kubernetes.Interface, target SweepTarget, cfg SweepConfig) *Sweeper {
 	if cfg.PageSize <= 0 {
 		cfg.PageSize = 500
-	}
-	if cfg.RehandDelay <= 0 {
-		cfg.RehandDelay = 5 * time.Second
 	}
 	s := &Sweeper{target: target, cfg: cfg, held: map[string]runtime.Object{},
 		resources: []*unlabelled{pvcs(c), pvs(c)},
@@ -130,27 +129,24 @@ func NewSweeper(c kubernetes.Interface, target SweepTarget, cfg SweepConfig) *Sw
 		found: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lvm_agent_unlabelled_requests_total",
 			Help: "Hybrid mode: requests of this node found without the " + LabelNode + " label (their provisioner should set it), by resource."},
 			[]string{"resource"}),
-		watches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lvm_agent_unlabelled_watches_total",
-			Help: "Hybrid mode: watches of the unlabelled objects started, by resource."}, []string{"resource"}),
 	}
 	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(s.passes, s.duration, s.listed, s.found, s.watches)
+		cfg.Registerer.MustRegister(s.passes, s.duration, s.listed, s.found)
 	}
 	return s
 }
 
-// Run lists the unlabelled objects, then follows them with watches from the
-// list's resourceVersion, until ctx ends. It lists again when a watch cannot
-// resume (its resourceVersion expired), and every Interval if set.
+// Run lists the unlabelled objects at once and then every Interval
+// (jittered, so that agents started together do not list together), until
+// ctx ends; a failed list is retried with backoff.
 func (s *Sweeper) Run(ctx context.Context) {
-	klog.InfoS("Following unlabelled PVCs and PVs for requests of provisioners that do not label", "selector", UnlabelledSelector(), "relist", s.cfg.Interval)
+	klog.InfoS("Listing unlabelled PVCs and PVs for requests of provisioners that do not label", "selector", UnlabelledSelector(), "interval", s.cfg.Interval)
 	newBackoff := func() wait.Backoff {
 		return wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.2, Steps: 7, Cap: time.Minute}
 	}
 	backoff := newBackoff()
 	for ctx.Err() == nil {
-		rvs, err := s.sweep(ctx)
-		if err != nil {
+		if err := s.Sweep(ctx); err != nil {
 			if ctx.Err() == nil {
 				d := backoff.Step()
 				klog.ErrorS(err, "Listing unlabelled objects failed; will retry", "in", d)
@@ -158,80 +154,45 @@ func (s *Sweeper) Run(ctx context.Context) {
 			}
 			continue
 		}
-		wctx, cancel := context.WithCancel(ctx)
-		if s.cfg.Interval > 0 {
-			cancel()
-			// Jittered, so that agents started together do not list together.
-			wctx, cancel = context.WithTimeout(ctx, wait.Jitter(s.cfg.Interval, 0.2))
+		backoff = newBackoff()
+		if s.cfg.Interval <= 0 {
+			return
 		}
-		errs := make(chan error, len(s.resources))
-		started := time.Now()
-		for i, r := range s.resources {
-			go func() { errs <- s.follow(wctx, r, rvs[i]) }()
-		}
-		err = <-errs // the first to end ends all: the next list covers both
-		cancel()
-		for range s.resources[1:] {
-			<-errs
-		}
-		switch {
-		case err == nil || ctx.Err() != nil:
-			backoff = newBackoff() // the relist interval passed, or the end
-		case time.Since(started) < time.Minute:
-			// Failing at once (say, a watch refused): do not list in a loop.
-			d := backoff.Step()
-			klog.ErrorS(err, "Watch of unlabelled objects failed; listing again", "in", d)
-			sleep(ctx, d)
-		default:
-			klog.InfoS("Watch of unlabelled objects cannot resume; listing again", "reason", err.Error())
-			backoff = newBackoff()
-		}
+		sleep(ctx, wait.Jitter(s.cfg.Interval, 0.2))
 	}
 }
 
 // Sweep makes one full pass over the unlabelled PVCs and PVs.
 func (s *Sweeper) Sweep(ctx context.Context) error {
-	_, err := s.sweep(ctx)
-	return err
-}
-
-// sweep lists every resource and returns the resourceVersions to watch from.
-func (s *Sweeper) sweep(ctx context.Context) ([]string, error) {
 	start := time.Now()
-	rvs := make([]string, len(s.resources))
 	var errs []error
-	for i, r := range s.resources {
-		rv, err := s.list(ctx, r)
-		rvs[i] = rv
-		errs = append(errs, err)
+	for _, r := range s.resources {
+		errs = append(errs, s.list(ctx, r))
 	}
 	s.duration.Observe(time.Since(start).Seconds())
 	if err := errors.Join(errs...); err != nil {
 		s.passes.WithLabelValues("error").Inc()
-		return nil, err
+		return err
 	}
 	s.passes.WithLabelValues("ok").Inc()
-	return rvs, nil
+	return nil
 }
 
 // list lists one resource page by page, hands over what it finds, and then
 // settles the held objects it did not list. An expired continue token fails
 // the pass; the next one starts over.
-func (s *Sweeper) list(ctx context.Context, r *unlabelled) (string, error) {
+func (s *Sweeper) list(ctx context.Context, r *unlabelled) error {
 	o := metav1.ListOptions{LabelSelector: UnlabelledSelector(), Limit: s.cfg.PageSize}
 	seen := map[string]bool{} // the held objects listed again
-	rv, n := "", 0
+	n := 0
 	for {
 		items, meta, err := r.list(ctx, o)
 		if err != nil {
-			return "", err
-		}
-		if rv == "" {
-			rv = meta.ResourceVersion // every page is of the first page's snapshot
+			return err
 		}
 		n += len(items)
 		for _, obj := range items {
-			s.received(r, obj, seen, false)
+			s.received(r, obj, seen)
 		}
 		if meta.Continue == "" {
 			break
@@ -250,81 +211,13 @@ func (s *Sweeper) list(ctx context.Context, r *unlabelled) (string, error) {
 	for _, prev := range left {
 		s.settle(ctx, r, prev)
 	}
-	return rv, nil
-}
-
-// follow watches one resource from rv until ctx ends (nil) or the watch
-// cannot resume (the error). A watch that the API server closes (they all
-// time out) resumes from the last resourceVersion seen.
-func (s *Sweeper) follow(ctx context.Context, r *unlabelled, rv string) error {
-	// Five retries, 1 s growing to 5 s (about 13 s in all), jittered so that
-	// the agents of a cluster do not come back to an API server in step.
-	newBackoff := func() wait.Backoff {
-		return wait.Backoff{Duration: time.Second, Factor: 1.5, Jitter: 0.2, Steps: 5}
-	}
-	backoff := newBackoff()
-	for ctx.Err() == nil {
-		s.watches.WithLabelValues(r.name).Inc()
-		w, err := r.watch(ctx, metav1.ListOptions{LabelSelector: UnlabelledSelector(), ResourceVersion: rv, AllowWatchBookmarks: true})
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) || backoff.Steps == 0 {
-				return err
-			}
-			sleep(ctx, backoff.Step())
-			continue
-		}
-		rv, err = s.consume(ctx, r, w, rv)
-		w.Stop()
-		if err != nil {
-			return err
-		}
-		backoff = newBackoff()
-	}
 	return nil
-}
-
-// consume handles a watch's events until it ends, and returns the last
-// resourceVersion seen.
-func (s *Sweeper) consume(ctx context.Context, r *unlabelled, w watch.Interface, rv string) (string, error) {
-	for {
-		select {
-		case <-ctx.Done():
-			return rv, nil
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return rv, nil
-			}
-			if ev.Type == watch.Error {
-				return rv, apierrors.FromObject(ev.Object)
-			}
-			if m, err := meta.Accessor(ev.Object); err == nil {
-				rv = m.GetResourceVersion()
-			}
-			switch ev.Type {
-			case watch.Added, watch.Modified:
-				s.received(r, ev.Object, nil, ev.Type == watch.Added)
-			case watch.Deleted:
-				// Deleted, or labelled (so no longer unlabelled): settle tells which.
-				key := r.key(ev.Object)
-				s.mu.Lock()
-				prev, held := s.held[key]
-				s.mu.Unlock()
-				if held {
-					s.settle(ctx, r, prev)
-				}
-			}
-		}
-	}
 }
 
 // received handles an unlabelled object: it hands over an open request of
 // this node, or the next state of an object handed over before, and marks
-// what stays held as seen. An open request that a watch shows appearing is
-// handed over once more after RehandDelay.
-func (s *Sweeper) received(r *unlabelled, obj runtime.Object, seen map[string]bool, appeared bool) {
+// what stays held as seen.
+func (s *Sweeper) received(r *unlabelled, obj runtime.Object, seen map[string]bool) {
 	owned, open := s.cfg.Node.Classify(obj)
 	s.cfg.Metrics.ObjectsReceived(r.name, SourceUnlabelled, foreignLabel(owned), 1)
 	key := r.key(obj)
@@ -345,21 +238,7 @@ func (s *Sweeper) received(r *unlabelled, obj runtime.Object, seen map[string]bo
 		return
 	}
 	s.held[key] = o
-	if seen != nil {
-		seen[key] = true
-	}
-	if appeared {
-		time.AfterFunc(s.cfg.RehandDelay, func() { s.rehand(key, o) })
-	}
-}
-
-// rehand hands obj over again if it is still the request held for key.
-func (s *Sweeper) rehand(key string, obj runtime.Object) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.held[key] == obj {
-		s.target.Swept(obj)
-	}
+	seen[key] = true
 }
 
 func (s *Sweeper) warn(key string, obj runtime.Object, resource string) {
@@ -405,7 +284,6 @@ func (s *Sweeper) settle(ctx context.Context, r *unlabelled, prev runtime.Object
 type unlabelled struct {
 	name, prefix string
 	list         func(context.Context, metav1.ListOptions) ([]runtime.Object, metav1.ListMeta, error)
-	watch        func(context.Context, metav1.ListOptions) (watch.Interface, error)
 	get          func(ctx context.Context, namespace, name string) (runtime.Object, error)
 }
 
@@ -438,9 +316,6 @@ func pvcs(c kubernetes.Interface) *unlabelled {
 			}
 			return objects(l.Items), l.ListMeta, nil
 		},
-		watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return c.CoreV1().PersistentVolumeClaims("").Watch(ctx, o)
-		},
 		get: func(ctx context.Context, ns, name string) (runtime.Object, error) {
 			return c.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
 		},
@@ -455,9 +330,6 @@ func pvs(c kubernetes.Interface) *unlabelled {
 				return nil, metav1.ListMeta{}, err
 			}
 			return objects(l.Items), l.ListMeta, nil
-		},
-		watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return c.CoreV1().PersistentVolumes().Watch(ctx, o)
 		},
 		get: func(ctx context.Context, _, name string) (runtime.Object, error) {
 			return c.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})

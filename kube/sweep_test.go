@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -11,7 +12,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -186,87 +186,36 @@ func (s *syncTarget) snapshot() ([]string, []string) {
 	return append([]string(nil), s.swept...), append([]string(nil), s.gone...)
 }
 
-// Run lists once, then follows the unlabelled objects with a watch: a
-// request written after the list is handed over as it is written, again
-// after RehandDelay, and its end too.
-func TestSweeperFollows(t *testing.T) {
+// Run lists at start and every Interval, and never watches: a request
+// written between two lists is found by the second, and one labelled while
+// held (the labeller's hand-over to the informers) is handed over once more
+// as it is now.
+func TestSweeperRuns(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	c := fake.NewClientset(sweepPVC("before", "node-a", StateCreating, nil))
-	filterWatches(c)
 	target := &syncTarget{}
 	reg := prometheus.NewRegistry()
-	s := NewSweeper(c, target, SweepConfig{Node: Node{Name: "node-a", Drivers: []string{DefaultDriver}}, RehandDelay: 100 * time.Millisecond, Registerer: reg})
+	s := NewSweeper(c, target, SweepConfig{Node: Node{Name: "node-a"}, Interval: 20 * time.Millisecond, Registerer: reg})
 	done := make(chan struct{})
 	go func() { s.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
-	eventually := func(want []string, what string) {
-		t.Helper()
-		require.Eventually(t, func() bool {
-			got, _ := target.snapshot()
-			return assert.ObjectsAreEqual(want, got)
-		}, 5*time.Second, 10*time.Millisecond, what)
+	has := func(want string) func() bool {
+		return func() bool { got, _ := target.snapshot(); return slices.Contains(got, want) }
 	}
-	eventually([]string{"ns/before=creating"}, "listed")
-	require.Eventually(t, func() bool {
-		return gather(t, reg)[key("lvm_agent_unlabelled_watches_total", "resource", "persistentvolumeclaims")] == 1
-	},
-		5*time.Second, 10*time.Millisecond)
-
+	require.Eventually(t, has("ns/before=creating"), 5*time.Second, 5*time.Millisecond, "listed at start")
 	_, err := c.CoreV1().PersistentVolumeClaims("ns").Create(ctx, sweepPVC("after", "node-a", StateCreating, nil), metav1.CreateOptions{})
 	require.NoError(t, err)
-	eventually([]string{"ns/before=creating", "ns/after=creating", "ns/after=creating"}, "watched, then handed over again")
-
-	_, err = UpdatePvcWithAnnotations(ctx, c, "ns", "after", "", Set(map[string]string{AnnLifecycle: StateCreated}), nil)
+	require.Eventually(t, has("ns/after=creating"), 5*time.Second, 5*time.Millisecond, "found by a later list")
+	_, err = UpdatePvcWithAnnotations(ctx, c, "ns", "after", "", Set(map[string]string{AnnLifecycle: StateCreated}), Set(map[string]string{LabelNode: "node-a"}))
 	require.NoError(t, err)
-	eventually([]string{"ns/before=creating", "ns/after=creating", "ns/after=creating", "ns/after=created"}, "its end")
-
-	// Labelled objects do not reach the watch; deleting a held request does.
-	_, err = c.CoreV1().PersistentVolumeClaims("ns").Create(ctx, sweepPVC("labelled", "node-a", StateCreating, map[string]string{LabelNode: "node-a"}), metav1.CreateOptions{})
-	require.NoError(t, err)
+	require.Eventually(t, has("ns/after=created"), 5*time.Second, 5*time.Millisecond, "labelled and answered: read once more")
 	require.NoError(t, c.CoreV1().PersistentVolumeClaims("ns").Delete(ctx, "before", metav1.DeleteOptions{}))
-	require.Eventually(t, func() bool {
-		_, gone := target.snapshot()
-		return assert.ObjectsAreEqual([]string{"ns/before"}, gone)
-	}, 5*time.Second, 10*time.Millisecond)
-	swept, _ := target.snapshot()
-	assert.Len(t, swept, 4)
-	assert.Equal(t, 1.0, gather(t, reg)[key("lvm_agent_sweeps_total", "result", "ok")], "one list: the rest came from the watch")
-}
-
-// A watch that cannot resume (410 Gone: its resourceVersion was compacted)
-// makes the sweeper list again, and what changed meanwhile is found.
-func TestSweeperRelistsWhenWatchExpires(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	c := fake.NewClientset()
-	filterWatches(c)
-	var mu sync.Mutex
-	expire := true
-	c.PrependWatchReactor("persistentvolumeclaims", func(a k8stesting.Action) (bool, watch.Interface, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if !expire {
-			return false, nil, nil
-		}
-		expire = false
-		w := watch.NewFake()
-		go func() {
-			// Written while no watch runs, then the watch expires.
-			_, _ = c.CoreV1().PersistentVolumeClaims("ns").Create(ctx, sweepPVC("meanwhile", "node-a", StateCreating, nil), metav1.CreateOptions{})
-			w.Error(&apierrors.NewResourceExpired("too old resource version").ErrStatus)
-		}()
-		return true, w, nil
-	})
-	target := &syncTarget{}
-	reg := prometheus.NewRegistry()
-	s := NewSweeper(c, target, SweepConfig{Node: Node{Name: "node-a"}, Registerer: reg})
-	done := make(chan struct{})
-	go func() { s.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
-	require.Eventually(t, func() bool {
-		got, _ := target.snapshot()
-		return assert.ObjectsAreEqual([]string{"ns/meanwhile=creating"}, got)
-	}, 5*time.Second, 10*time.Millisecond)
-	assert.Equal(t, 2.0, gather(t, reg)[key("lvm_agent_sweeps_total", "result", "ok")])
+	require.Eventually(t, func() bool { _, gone := target.snapshot(); return slices.Contains(gone, "ns/before") }, 5*time.Second, 5*time.Millisecond)
+	cancel()
+	<-done
+	for _, a := range c.Actions() {
+		assert.NotEqual(t, "watch", a.GetVerb(), "the sweeper lists, never watches")
+	}
+	assert.Greater(t, gather(t, reg)[key("lvm_agent_sweeps_total", "result", "ok")], 2.0)
 }

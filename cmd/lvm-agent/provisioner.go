@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
@@ -28,7 +29,7 @@ type provisionerOptions struct {
 	leaderElection               bool
 	leaseDuration, renewDeadline time.Duration
 	capacityAnnotation           string
-	publishCapacity              bool
+	publishCapacity, label       bool
 	healthAddress                string
 }
 
@@ -52,6 +53,7 @@ func provisionerMain(args []string) int {
 	fs.IntVar(&o.metricsPort, "metrics-port", 8080, "serve the provisioner library's metrics on this port at /metrics, while leading (0: off)")
 	fs.StringVar(&o.healthAddress, "health-address", ":8081", "serve /healthz, for the liveness and readiness probes, on this address from start, also while standing by (empty: off)")
 	fs.BoolVar(&o.publishCapacity, "publish-capacity", true, "keep one CSIStorageCapacity per node and StorageClass from the Node capacity annotation (the CSIDriver object must say storageCapacity: true for the scheduler to use them; with false, also set it false)")
+	fs.BoolVar(&o.label, "label-requests", true, "give the requests of provisioners that do not label (PVCs creating, PVs deleting, without "+kube.LabelNode+") the label of their node, while leading, so that hybrid-mode agents see them through their labelled watch")
 	fs.StringVar(&o.capacityAnnotation, "node-capacity-annotation", kube.DefaultCapacityAnnotation, "Node annotation the agents publish their capacity in")
 	var logs logFlags
 	logs.addFlags(fs)
@@ -105,6 +107,10 @@ func runProvisioner(o provisionerOptions) error {
 		klog.InfoS("Starting lvm-agent provisioner", "name", o.name, "publishCapacity", o.publishCapacity)
 		if o.publishCapacity {
 			go provisioner.NewCapacity(client, o.name, o.namespace, o.capacityAnnotation).Run(ctx)
+		}
+		if o.label {
+			// The library serves the default registry at --metrics-port.
+			go kube.NewLabeller(client, prometheus.DefaultRegisterer).Run(ctx, 2)
 		}
 		pc.Run(ctx)
 	}

@@ -38,6 +38,7 @@ type cluster struct {
 	churn  context.CancelFunc
 	wg     sync.WaitGroup
 	writes atomic.Int64
+	lab    *labeller // the hybrid rows' labeller, while one runs
 }
 
 func newCluster(ctx context.Context, cp *harness.ControlPlane, cfg config, logf func(string, ...any)) (*cluster, error) {

@@ -202,9 +202,10 @@ type requestsResult struct {
 }
 
 // requests writes one create request for each of names (names[i] for the
-// node node(i)) with workers writers, no faster than rate per second
-// (0: as fast as they go), and waits for every answer.
-func (cl *cluster) requests(ctx context.Context, obs *observer, names []string, node func(int) string, rate float64, workers int, timeout time.Duration) (requestsResult, error) {
+// node node(i), labelled unless unlabelled(i); nil: all labelled) with
+// workers writers, no faster than rate per second (0: as fast as they go),
+// and waits for every answer.
+func (cl *cluster) requests(ctx context.Context, obs *observer, names []string, node func(int) string, unlabelled func(int) bool, rate float64, workers int, timeout time.Duration) (requestsResult, error) {
 	r := requestsResult{sent: make([]time.Time, len(names)), written: make([]time.Time, len(names))}
 	var tick <-chan time.Time
 	if rate > 0 {
@@ -222,7 +223,7 @@ func (cl *cluster) requests(ctx context.Context, obs *observer, names []string, 
 			}
 		}
 		r.sent[i] = time.Now()
-		err := cl.requestOn(ctx, names[i], node(i), true)
+		err := cl.requestOn(ctx, names[i], node(i), unlabelled == nil || !unlabelled(i))
 		r.written[i] = time.Now()
 		return err
 	})

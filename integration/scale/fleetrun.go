@@ -30,7 +30,10 @@ type fleetConfig struct {
 	restartNodes int // the API server restart at this N (0: none)
 	restartMode  string
 	restartDown  time.Duration
-	idle         time.Duration // the API server's idle cost is sampled this long before the transitions
+	// unlabelledRequests is the fraction of a hybrid row's requests written
+	// without the node label.
+	unlabelledRequests float64
+	idle               time.Duration // the API server's idle cost is sampled this long before the transitions
 	// profileDir, when set, receives a CPU profile of the API server over
 	// each row's transitions, <mode>-<N>.pprof.
 	profileDir string
@@ -55,6 +58,13 @@ type fleetRow struct {
 	seconds             float64
 	agents              fleetStats // RSS at the end of the work
 	agentCPU, maxCPU    float64    // during the work
+	// hybrid: the requests written without the label (answered, as every
+	// one is), their latency, and who found them: the labeller (labelled
+	// in all since its start) or the agents' sweeps (their
+	// lvm_agent_unlabelled_requests_total).
+	unlabelled          int
+	unlP50, unlP99      time.Duration
+	byLabeller, bySweep float64
 }
 
 // cpuPerTransition is the API server's CPU during the transitions less
@@ -144,6 +154,12 @@ func runFleet(ctx context.Context, cfg config, fc fleetConfig, log io.Writer) (*
 				break
 			}
 			logf("fleet: %d agents, mode %s", n, mode)
+			if mode == "hybrid" {
+				// One per cluster, as the provisioner's leader runs it.
+				if cl.lab, err = cl.startLabeller(ctx); err != nil {
+					return nil, err
+				}
+			}
 			f, row, err := fleetRowRun(ctx, cl, tb, bin, mode, n, fc, audit, logf)
 			if err != nil {
 				return nil, fmt.Errorf("N=%d %s: %w", n, mode, err)
@@ -167,6 +183,8 @@ func runFleet(ctx context.Context, cfg config, fc fleetConfig, log io.Writer) (*
 				res.restarts = append(res.restarts, r)
 			}
 			f.stop()
+			cl.lab.stop()
+			cl.lab = nil
 		}
 	}
 	res.loadavg[1] = loadavg()
@@ -238,11 +256,33 @@ func fleetRowRun(ctx context.Context, cl *cluster, tb harness.TB, bin, mode stri
 			profiled = profileAPIServer(ctx, cl.cp, int(float64(fc.transitions)/fc.rate),
 				filepath.Join(fc.profileDir, fmt.Sprintf("%s-%d.pprof", mode, n)))
 		}
-		rr, err := cl.requests(ctx, obs, names, node, fc.rate, cl.cfg.createWorkers, 30*time.Minute)
+		var unl func(int) bool
+		if mode == "hybrid" {
+			// A provisioner that does not label writes some of them.
+			unl = func(i int) bool { return unlabelled(i, fc.unlabelledRequests) }
+		}
+		rr, err := cl.requests(ctx, obs, names, node, unl, fc.rate, cl.cfg.createWorkers, 30*time.Minute)
 		if err != nil {
 			return err
 		}
 		lat, failed := rr.lat, rr.failed
+		if unl != nil {
+			var ul []time.Duration
+			for i, d := range lat {
+				if unl(i) {
+					ul = append(ul, d)
+				}
+			}
+			r.unlabelled, r.unlP50, r.unlP99 = len(ul), percentile(ul, 0.5), percentile(ul, 0.99)
+			r.byLabeller = cl.lab.labelled()
+			for _, a := range f.agents {
+				if m, err := a.scrape(); err == nil {
+					r.bySweep += m.sum("lvm_agent_unlabelled_requests_total")
+				}
+			}
+			logf("  %d of them unlabelled, all answered: p50 %v p99 %v; labelled by the labeller %.0f (since its start), found by the agents' sweeps %.0f",
+				r.unlabelled, r.unlP50.Round(time.Millisecond), r.unlP99.Round(time.Millisecond), r.byLabeller, r.bySweep)
+		}
 		if profiled != nil {
 			if err := <-profiled; err != nil {
 				logf("  API server profile: %v", err)
@@ -315,7 +355,7 @@ func fleetBurstRun(ctx context.Context, cl *cluster, f *fleet, fc fleetConfig, l
 	stopProbe := sleepProbe(fc.burstLatency, &b.slept)
 	defer stopProbe()
 	// Writers enough that the writing is not what the burst waits for.
-	rr, err := cl.requests(ctx, obs, names, node, 0, 4*cl.cfg.createWorkers, 10*time.Minute+10*b.floor())
+	rr, err := cl.requests(ctx, obs, names, node, nil, 0, 4*cl.cfg.createWorkers, 10*time.Minute+10*b.floor())
 	stopProbe()
 	if err != nil {
 		return b, err

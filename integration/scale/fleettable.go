@@ -11,18 +11,21 @@ import (
 // the headline ratios.
 func printFleet(out io.Writer, cfg config, fc fleetConfig, res *fleetResult) {
 	fmt.Fprintf(out, "\nlvm-agent cluster: N nodes, each the real agent (a process of its own, its own fake lvmd), against one etcd + kube-apiserver;\n")
-	fmt.Fprintf(out, "per row %d create requests spread over the nodes (labelled, %.0f/s), %d foreign PVCs + %d PVs (%d%% unlabelled) with %.0f foreign writes/s of churn\n",
-		fc.transitions, fc.rate, fc.foreign, fc.foreign, int(cfg.unlabelledFrac*100), cfg.churn)
+	fmt.Fprintf(out, "per row %d create requests spread over the nodes (labelled, %.0f/s; in hybrid rows %.0f%% unlabelled, beside the provisioner's labeller), %d foreign PVCs + %d PVs (%d%% unlabelled) with %.0f foreign writes/s of churn\n",
+		fc.transitions, fc.rate, 100*fc.unlabelledRequests, fc.foreign, fc.foreign, int(cfg.unlabelledFrac*100), cfg.churn)
 	fmt.Fprintf(out, "agent args %q; host load before %s, after %s\n\n", strings.Join(cfg.agentArgs, " "), res.loadavg[0], res.loadavg[1])
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	head := []string{"mode", "N", "ready", "start", "start", "peak", "API idle", "API CPU", "API CPU", "API RSS", "watch", "watch", "watch", "watchers", "p50", "p99", "agents RSS", "RSS", "anon", "anon", "agents CPU", "CPU", "failed"}
-	sub := []string{"", "", "all s", "API CPU s", "lists", "lists/s", "CPU s/s", "s", "ms/trans.", "MiB", "events", "ev/trans.", "MB", "", "ms", "ms", "sum MiB", "max MiB", "sum MiB", "max MiB", "sum s", "max s", ""}
+	head := []string{"mode", "N", "ready", "start", "start", "peak", "API idle", "API CPU", "API CPU", "API RSS", "watch", "watch", "watch", "watchers", "p50", "p99", "agents RSS", "RSS", "anon", "anon", "agents CPU", "CPU", "failed", "unlabelled"}
+	sub := []string{"", "", "all s", "API CPU s", "lists", "lists/s", "CPU s/s", "s", "ms/trans.", "MiB", "events", "ev/trans.", "MB", "", "ms", "ms", "sum MiB", "max MiB", "sum MiB", "max MiB", "sum s", "max s", "", "n p50/p99 ms L S"}
 	fmt.Fprintln(w, strings.Join(head, "\t")+"\t")
 	fmt.Fprintln(w, strings.Join(sub, "\t")+"\t")
 	for _, r := range res.rows {
 		c := []string{r.mode, fmt.Sprint(r.nodes), f1(r.ready.Seconds()), f1(r.start.cpuSeconds), fmt.Sprint(r.startLists.n), fmt.Sprint(r.startLists.peakPerSecond),
 			f3(r.idle), f2(r.work.cpuSeconds), f2(1000 * r.cpuPerTransition()), f0(r.work.rssMiB), f0(r.work.watchEvents), f1(r.work.watchEvents / float64(max(r.transitions, 1))),
-			f1(r.work.watchMB), f0(r.work.watchers), ms(r.p50), ms(r.p99), f0(r.agents.sumRSS), f1(r.agents.maxRSS), f0(r.agents.sumAnon), f1(r.agents.maxAnon), f1(r.agentCPU), f2(r.maxCPU), fmt.Sprint(r.failed)}
+			f1(r.work.watchMB), f0(r.work.watchers), ms(r.p50), ms(r.p99), f0(r.agents.sumRSS), f1(r.agents.maxRSS), f0(r.agents.sumAnon), f1(r.agents.maxAnon), f1(r.agentCPU), f2(r.maxCPU), fmt.Sprint(r.failed), "-"}
+		if r.unlabelled > 0 {
+			c[len(c)-1] = fmt.Sprintf("%d %s/%s %.0f %.0f", r.unlabelled, ms(r.unlP50), ms(r.unlP99), r.byLabeller, r.bySweep)
+		}
 		fmt.Fprintln(w, strings.Join(c, "\t")+"\t")
 	}
 	w.Flush()
@@ -35,7 +38,9 @@ API CPU: its utime+stime from the first request written to the last answer seen 
   all kinds; watchers: watches open at its end (apiserver_longrunning_requests{verb=WATCH*}: 1.37 has no apiserver_registered_watchers).
   p50/p99: per volume, request written -> answer seen by the bench's watch.
 agents: VmRSS at the end (sum, largest; the binary's pages, shared, count in each), anon: RssAnon (what each agent adds),
-  utime+stime during the window (sum, largest).`)
+  utime+stime during the window (sum, largest).
+unlabelled (hybrid): the row's requests written without the node label, all answered (else the row fails), their p50/p99 written -> answer
+  seen; L: labelled by the labeller (since its start), S: found by the agents' sweeps (lvm_agent_unlabelled_requests_total).`)
 	for _, s := range res.stopped {
 		fmt.Fprintf(out, "stopped: %s\n", s)
 	}

@@ -78,6 +78,7 @@ func main() {
 	burstModes := flag.String("burst-modes", "labelled,all", "cluster mode: watch modes of the burst")
 	flag.IntVar(&fc.restartNodes, "restart-nodes", 300, "cluster mode: at this N, restart the API server under the fleet (0: none)")
 	flag.StringVar(&fc.restartMode, "restart-mode", "hybrid", "cluster mode: watch mode of the restart")
+	flag.Float64Var(&fc.unlabelledRequests, "unlabelled-requests", 0.1, "cluster mode: fraction of a hybrid row's create requests written without the node label (answered once the labeller labels them)")
 	flag.DurationVar(&fc.restartDown, "restart-down", 5*time.Second, "cluster mode: how long the API server stays down")
 	flag.Parse()
 	var err error

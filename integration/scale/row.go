@@ -50,6 +50,13 @@ func runRow(ctx context.Context, cl *cluster, tb harness.TB, bin, mode string, f
 		}
 	}()
 
+	if mode == "hybrid" {
+		lab, err := cl.startLabeller(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer lab.stop()
+	}
 	a := startAgent(tb, bin, cl.cp.Kubeconfig, mode, cl.cfg)
 	defer func() {
 		a.stop()

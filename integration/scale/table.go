@@ -67,7 +67,7 @@ recv: PVCs and PVs the agent decoded (its informers and sweeps, lvm_agent_kube_o
   agent p50/p99 as above (queueing for the VG included).
 PVC writes/answer: the agent's PVC patches / answers seen (1.000 = one write per transition); 409: conflicts among them;
   events: Event writes per answer; other: the remaining writes of the row (Node capacity annotation, ...).
-unlabelled: requests written without the node label at the start of the row, answered / written (slowest).`)
+unlabelled: requests written without the node label at the start of the row, answered / written (slowest; hybrid: the provisioner's labeller runs beside the agent).`)
 	goals(out, rows, lvmd)
 }
 

@@ -1,0 +1,214 @@
+package kube
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+)
+
+// The Labeller gives the requests of provisioners that do not label (one
+// written for the original agent) the volume.node label, so that the
+// hybrid mode's agents need not watch the unlabelled objects at all: one
+// watcher of them per cluster instead of one per node. It runs in the
+// provisioner's leader. Measured (make bench-cluster, docs/architecture.md
+// "Scale"): the agents' own watches of the unlabelled objects sent every
+// unlabelled change to every node, 332 watch events per transition with 300
+// agents against 4.2 in labelled mode.
+//
+// It watches the PVCs and PVs without the label (client-go informers with
+// the selector), keeps a stub of every one that is no open request (name,
+// namespace, UID, resourceVersion: about a kilobyte each, in one process
+// per cluster) and the routed fields of those that are, and labels each open
+// request for the node Route names. It writes nothing else, never an object
+// that has the label (such an object leaves its watch), and only the
+// version it read: a conflict is read again, a deleted or labelled object is
+// dropped.
+type Labeller struct {
+	client   kubernetes.Interface
+	factory  informers.SharedInformerFactory
+	pvcs     cache.SharedIndexInformer
+	pvs      cache.SharedIndexInformer
+	queue    workqueue.TypedRateLimitingInterface[labelKey]
+	labelled *prometheus.CounterVec
+}
+
+type labelKey struct {
+	pv  bool
+	key string // namespace/name, as the informers' store has it
+}
+
+// NewLabeller makes a labeller; Run starts it. reg, when set, registers its
+// metrics.
+func NewLabeller(c kubernetes.Interface, reg prometheus.Registerer) *Labeller {
+	f := informers.NewSharedInformerFactoryWithOptions(c, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = UnlabelledSelector() }),
+		informers.WithTransform(func(obj any) (any, error) {
+			switch o := obj.(type) {
+			case *corev1.PersistentVolumeClaim:
+				if _, _, ok := Route(o); !ok {
+					return &corev1.PersistentVolumeClaim{ObjectMeta: stubMeta(o.ObjectMeta)}, nil
+				}
+			case *corev1.PersistentVolume:
+				if _, _, ok := Route(o); !ok {
+					return &corev1.PersistentVolume{ObjectMeta: stubMeta(o.ObjectMeta)}, nil
+				}
+			}
+			return trim(obj)
+		}))
+	l := &Labeller{client: c, factory: f,
+		pvcs: f.Core().V1().PersistentVolumeClaims().Informer(), pvs: f.Core().V1().PersistentVolumes().Informer(),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[labelKey](100*time.Millisecond, time.Minute),
+			workqueue.TypedRateLimitingQueueConfig[labelKey]{Name: "labeller"}),
+		labelled: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lvm_agent_labeller_labelled_total",
+			Help: "Requests of provisioners that do not label given the " + LabelNode + " label by the provisioner, by resource."}, []string{"resource"}),
+	}
+	if reg != nil {
+		reg.MustRegister(l.labelled)
+	}
+	for _, inf := range []struct {
+		i  cache.SharedIndexInformer
+		pv bool
+	}{{l.pvcs, false}, {l.pvs, true}} {
+		// Errors only come from a stopped informer; these are new.
+		_, _ = inf.i.AddEventHandler(cache.FilteringResourceEventHandler{
+			FilterFunc: func(obj any) bool { _, _, ok := Route(obj); return ok },
+			Handler: cache.ResourceEventHandlerFuncs{
+				AddFunc:    func(obj any) { l.enqueue(inf.pv, obj) },
+				UpdateFunc: func(_, obj any) { l.enqueue(inf.pv, obj) },
+			},
+		})
+	}
+	return l
+}
+
+func (l *Labeller) enqueue(pv bool, obj any) {
+	if k, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
+		l.queue.Add(labelKey{pv: pv, key: k})
+	}
+}
+
+// Run labels until ctx ends, with workers writers.
+func (l *Labeller) Run(ctx context.Context, workers int) {
+	defer l.queue.ShutDown()
+	klog.InfoS("Labelling the requests of provisioners that do not label", "selector", UnlabelledSelector(), "label", LabelNode)
+	l.factory.Start(ctx.Done())
+	defer l.factory.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), l.pvcs.HasSynced, l.pvs.HasSynced) {
+		return
+	}
+	for range max(workers, 1) {
+		go wait.UntilWithContext(ctx, func(ctx context.Context) {
+			for l.next(ctx) {
+			}
+		}, time.Second)
+	}
+	<-ctx.Done()
+}
+
+// next labels one queued object; false when the queue is shut down.
+func (l *Labeller) next(ctx context.Context) bool {
+	k, quit := l.queue.Get()
+	if quit {
+		return false
+	}
+	defer l.queue.Done(k)
+	if err := l.label(ctx, k); err != nil {
+		if apierrors.IsConflict(err) {
+			klog.V(2).InfoS("A request changed before it was labelled; reading it again", "object", k.key)
+		} else {
+			klog.ErrorS(err, "Could not label a request; will retry", "object", k.key)
+		}
+		l.queue.AddRateLimited(k)
+		return true
+	}
+	l.queue.Forget(k)
+	return true
+}
+
+// label labels the object of k as its informer holds it: gone from the
+// cache (deleted, or labelled by someone), or no open request, it is left
+// alone. A conflict (the object changed since the cache's copy) reads it
+// again from the API server and decides anew.
+func (l *Labeller) label(ctx context.Context, k labelKey) error {
+	inf, resource := l.pvcs, "persistentvolumeclaims"
+	if k.pv {
+		inf, resource = l.pvs, "persistentvolumes"
+	}
+	item, exists, err := inf.GetStore().GetByKey(k.key)
+	if err != nil || !exists {
+		return err
+	}
+	obj := item.(runtime.Object)
+	for read := 0; ; read++ {
+		node, byHostname, ok := Route(obj)
+		if m, err := metaOf(obj); err != nil || !ok || m.GetLabels()[LabelNode] != "" {
+			return err
+		}
+		if byHostname {
+			if node, err = l.nodeOfHostname(ctx, node); err != nil || node == "" {
+				return err
+			}
+		}
+		value := NodeLabelValue(node)
+		err = LabelRequest(ctx, l.client, obj, value)
+		switch {
+		case err == nil:
+			l.labelled.WithLabelValues(resource).Inc()
+			klog.V(2).InfoS("Labelled a request for its node", "resource", resource, "object", k.key, "label", LabelNode+"="+value)
+			return nil
+		case apierrors.IsNotFound(err):
+			return nil
+		case !apierrors.IsConflict(err) || read > 0:
+			return err // retried from the queue, from the cache's copy then
+		}
+		if obj, err = l.get(ctx, k); apierrors.IsNotFound(err) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+	}
+}
+
+// get reads the object of k from the API server.
+func (l *Labeller) get(ctx context.Context, k labelKey) (runtime.Object, error) {
+	ns, name, err := cache.SplitMetaNamespaceKey(k.key)
+	if err != nil {
+		return nil, err
+	}
+	if k.pv {
+		return l.client.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
+	}
+	return l.client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+}
+
+// nodeOfHostname is the Node whose kubernetes.io/hostname label is host: a
+// local PV's affinity names the label, the volume.node label the node name.
+// No Node with the label: host itself, as an agent that cannot read its
+// Node matches it (Node.hostname); several: "", left to the agents' sweep.
+func (l *Labeller) nodeOfHostname(ctx context.Context, host string) (string, error) {
+	nodes, err := l.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{
+		LabelSelector: labels.Set{corev1.LabelHostname: host}.AsSelector().String()})
+	switch {
+	case err != nil:
+		return "", err
+	case len(nodes.Items) == 0:
+		return host, nil
+	case len(nodes.Items) > 1:
+		klog.InfoS("Several Nodes carry a local PV's hostname; not labelling it", "hostname", host, "nodes", len(nodes.Items))
+		return "", nil
+	}
+	return nodes.Items[0].Name, nil
+}
