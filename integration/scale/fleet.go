@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -58,24 +57,9 @@ func (cl *cluster) startFleet(ctx context.Context, tb harness.TB, bin, mode stri
 	for _, node := range f.nodes {
 		f.agents = append(f.agents, startAgentOn(tb, bin, cl.cp.Kubeconfig, node, mode, cl.cfg))
 	}
-	for try := 0; ; try++ {
-		err := f.waitReady(ctx, 20*time.Minute)
-		if err == nil {
-			break
-		}
-		// harness.FreeAddr's port can be taken before the agent listens on
-		// it (300 agents' connections use ephemeral ports): start those again.
-		again := false
-		for i, a := range f.agents {
-			if a.proc.Cmd.ProcessState != nil && strings.Contains(a.proc.Output(), "address already in use") {
-				a.lvmd.Stop()
-				f.agents[i], again = startAgentOn(tb, bin, cl.cp.Kubeconfig, f.nodes[i], mode, cl.cfg), true
-			}
-		}
-		if !again || try >= 3 {
-			f.stop()
-			return nil, err
-		}
+	if err := f.waitReady(ctx, 20*time.Minute); err != nil {
+		f.stop()
+		return nil, err
 	}
 	if mode == "hybrid" {
 		for _, a := range f.agents {
