@@ -75,6 +75,15 @@ func (r fleetRow) cpuPerTransition() float64 {
 	return max(r.work.cpuSeconds-r.idle*r.seconds, 0) / float64(max(r.transitions, 1))
 }
 
+// grossPerTransition is the API server's CPU during the transitions, idle
+// rate included, per transition. Where the idle rate itself grows with N
+// (`all` mode: the foreign churn goes to every agent) and the window
+// stretches (the API server saturated), the net figure subtracts most of
+// the cost; this one shows it.
+func (r fleetRow) grossPerTransition() float64 {
+	return r.work.cpuSeconds / float64(max(r.transitions, 1))
+}
+
 // fleetBurst is the cluster-wide burst: burstPerNode creates on each node at once.
 type fleetBurst struct {
 	mode         string
