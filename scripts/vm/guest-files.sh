@@ -4,7 +4,7 @@
 # (run.sh --files), and the Vagrant VM runs it from the host's cache (see the
 # Vagrantfile). All static (CGO_ENABLED=0), all cached:
 #   etcd, kube-apiserver   scripts/kube-assets.sh (cold: 8-20 min)
-#   lvmd, google-lvmd      scripts/lvmd-build.sh (cold: ~4 min; after Kubernetes, less)
+#   lvmd, google-lvmd      scripts/lvmd-build.sh (cold: ~4 min; topolvm's after Kubernetes: ~20 CPU-s)
 #   lvm-agent              ./cmd/lvm-agent
 #   guest.test             the in-guest suite, ./integration/guest (tag guest)
 #   lvm-devcluster         make demo-cli's control plane and fixtures (tag guest)
