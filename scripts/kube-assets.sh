@@ -9,13 +9,24 @@
 # kube-scheduler, kube-controller-manager, kubelet, kubectl, kube-proxy (each a few
 # seconds to ~1.5 min once kube-apiserver's build cache is warm). Concurrent
 # callers wait for each other (flock) instead of building the same binary twice.
+#
+# Kubernetes is built with this repo's version of each module both use
+# (scripts/align-deps.sh: grpc, protobuf, x/net, otel, kube-openapi... where
+# go.mod is ahead of Kubernetes' own go.mod), so that the packages lvm-agent
+# shares with it come out of Go's build cache instead of a second cold
+# compile. The binaries' directory is keyed by that list.
 set -euo pipefail
 
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 KUBE_VERSION=${KUBE_VERSION:-v1.37.2}
 CACHE=${LVM_AGENT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lvm-agent}
-OUT=$CACHE/kube-assets/etcd-$ETCD_VERSION-kube-$KUBE_VERSION
 export CGO_ENABLED=0 GOFLAGS=-mod=mod
+kube_gomod=$(go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+aligned=$("$here/align-deps.sh" "$kube_gomod")
+read -rd '' -a align <<<"$aligned" || true
+deps=$(printf '%s\n' "${align[@]}" | sha256sum | cut -c1-8)
+OUT=$CACHE/kube-assets/etcd-$ETCD_VERSION-kube-$KUBE_VERSION-deps-$deps
 
 log() { echo "kube-assets: $*" >&2; }
 
@@ -41,16 +52,19 @@ build_kube() {
   local names=() n
   for n in "$@"; do [ -x "$OUT/$n" ] || names+=("$n"); done
   [ ${#names[@]} -gt 0 ] || return 0
-  local w=$CACHE/src/kube-$KUBE_VERSION staging=v0${KUBE_VERSION#v1}
+  local w=$CACHE/src/kube-$KUBE_VERSION-deps-$deps staging=v0${KUBE_VERSION#v1}
   mkdir -p "$w" && cd "$w"
   if [ ! -f go.mod ]; then
     go mod init lvm-agent/kube-build >/dev/null 2>&1
-    local gomod
-    gomod=$(go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
-    # kubernetes points its staging modules at ./staging; use the published ones.
-    grep -oE '^\s*k8s\.io/[a-z0-9-]+ => \./staging' "$gomod" | awk '{print $1}' |
+    # lvm-agent's versions of the modules both use (see the top)
+    [ ${#align[@]} -eq 0 ] || go mod edit "${align[@]/#/-require=}"
+    # kubernetes points its staging modules at ./staging; use the published
+    # ones, and require them at that version too: a package's module version
+    # is part of its build-cache key (and of its -trimpath file names), and
+    # kubernetes requires them as v0.0.0.
+    grep -oE '^\s*k8s\.io/[a-z0-9-]+ => \./staging' "$kube_gomod" | awk '{print $1}' |
       grep -vE 'sample-(cli-plugin|controller)' |
-      while read -r m; do go mod edit -replace "$m=$m@$staging"; done
+      while read -r m; do go mod edit -replace "$m=$m@$staging" -require "$m@$staging"; done
   fi
   local pkgs=("${names[@]/#/k8s.io/kubernetes/cmd/}")
   log "building ${names[*]} $KUBE_VERSION (cold, kube-apiserver among them: 5-20 min)"

@@ -7,19 +7,28 @@
 #   google-lvmd  google/lvmd's server (TCP, execs lvs/vgs/... by bare name)
 # Neither can be `go install`ed: the proxy refuses to list their versions, so
 # each is built from a tiny wrapper module in the cache (never in the repo).
+# topolvm's lvmd is built with this repo's version of each module both use
+# (scripts/align-deps.sh), so that the packages it shares with lvm-agent and
+# Kubernetes (topolvm's protos, grpc, protobuf, client-go...) are compiled
+# once; the directory is keyed by that list.
 set -euo pipefail
 
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 TOPOLVM_VERSION=${TOPOLVM_VERSION:-v0.41.0}
 GOOGLE_LVMD_VERSION=${GOOGLE_LVMD_VERSION:-v0.0.0-20200421122210-17bd8b9f710f}
 CACHE=${LVM_AGENT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lvm-agent}
-OUT=$CACHE/lvmd/topolvm-$TOPOLVM_VERSION-google-$GOOGLE_LVMD_VERSION
 export CGO_ENABLED=0 GOFLAGS=-mod=mod
+topolvm_gomod=$(go mod download -json "github.com/topolvm/topolvm@$TOPOLVM_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+aligned=$("$here/align-deps.sh" "$topolvm_gomod")
+read -rd '' -a align <<<"$aligned" || true
+deps=$(printf '%s\n' "${align[@]}" | sha256sum | cut -c1-8)
+OUT=$CACHE/lvmd/topolvm-$TOPOLVM_VERSION-deps-$deps-google-$GOOGLE_LVMD_VERSION
 
 log() { echo "lvmd-build: $*" >&2; }
 
 build_topolvm() {
   [ -x "$OUT/lvmd" ] && return
-  local w=$CACHE/src/topolvm-lvmd-$TOPOLVM_VERSION
+  local w=$CACHE/src/topolvm-lvmd-$TOPOLVM_VERSION-deps-$deps
   mkdir -p "$w" && cd "$w"
   if [ ! -f main.go ]; then
     go mod init lvm-agent/topolvm-lvmd >/dev/null 2>&1
@@ -34,6 +43,7 @@ GO
   log "building topolvm lvmd $TOPOLVM_VERSION (cold: ~3.5 min)"
   local t0=$SECONDS
   go get "github.com/topolvm/topolvm@$TOPOLVM_VERSION" >/dev/null 2>&1
+  [ ${#align[@]} -eq 0 ] || go mod edit "${align[@]/#/-require=}"
   go mod tidy >/dev/null 2>&1
   go build -trimpath -ldflags "-s -w" -o "$OUT/lvmd.tmp" .
   mv "$OUT/lvmd.tmp" "$OUT/lvmd"

@@ -4,7 +4,7 @@
 # (run.sh --files), and the Vagrant VM runs it from the host's cache (see the
 # Vagrantfile). All static (CGO_ENABLED=0), all cached:
 #   etcd, kube-apiserver   scripts/kube-assets.sh (cold: 8-20 min)
-#   lvmd, google-lvmd      scripts/lvmd-build.sh (cold: ~4 min)
+#   lvmd, google-lvmd      scripts/lvmd-build.sh (cold: ~4 min; topolvm's after Kubernetes: ~20 CPU-s)
 #   lvm-agent              ./cmd/lvm-agent
 #   guest.test             the in-guest suite, ./integration/guest (tag guest)
 #   lvm-devcluster         make demo-cli's control plane and fixtures (tag guest)
@@ -92,17 +92,20 @@ project() {
   return $rc
 }
 
-# lvmd, containerd, helm and this checkout's own binaries build beside etcd
-# and Kubernetes: cold, each build has phases that leave a core idle (module
-# downloads, links).
+# containerd and helm build beside etcd and Kubernetes: cold, each build has
+# phases that leave a core idle (module downloads, links). lvmd and this
+# checkout's own binaries start once Kubernetes is built: most of their
+# packages (client-go, apimachinery, grpc, protobuf...) are then hits in Go's
+# build cache (the versions are aligned, see scripts/align-deps.sh), where two
+# cold builds side by side would each compile them.
 dirs=$(mktemp -d)
 trap 'rm -rf "$dirs"' EXIT
 pids=()
-"$root/scripts/lvmd-build.sh" "${daemons[@]}" >"$dirs/lvmd" & pids+=($!)
 [ ${#containerd[@]} -eq 0 ] || { "$root/scripts/containerd-build.sh" >"$dirs/containerd" & pids+=($!); }
 [ -z "$helm" ] || { "$root/scripts/helm.sh" >"$dirs/helm" & pids+=($!); }
-project & own=$!
 assets=$("$root/scripts/kube-assets.sh" "${kube[@]}")
+"$root/scripts/lvmd-build.sh" "${daemons[@]}" >"$dirs/lvmd" & pids+=($!)
+project & own=$!
 for p in "${pids[@]}"; do wait "$p"; done # set -e: a failed build ends the script
 rc=0
 wait "$own" || rc=$?
