@@ -18,11 +18,15 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 KUBE_VERSION=${KUBE_VERSION:-v1.37.2}
 CACHE=${LVM_AGENT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lvm-agent}
 export CGO_ENABLED=0 GOFLAGS=-mod=mod
 kube_gomod=$(go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+# etcd: the server version Kubernetes' own go.mod requires (its etcd client
+# and server modules), built in the same wrapper module and the same go
+# build as Kubernetes: every module etcd shares with it (grpc, protobuf,
+# otel, zap, the etcd client...) is then compiled once, not twice.
+ETCD_VERSION=${ETCD_VERSION:-$(awk '$1 == "go.etcd.io/etcd/server/v3" { print $2; exit }' "$kube_gomod")}
 aligned=$("$here/align-deps.sh" "$kube_gomod")
 read -rd '' -a align <<<"$aligned" || true
 deps=$(printf '%s\n' "${align[@]}" | sha256sum | cut -c1-8)
@@ -30,22 +34,10 @@ OUT=$CACHE/kube-assets/etcd-$ETCD_VERSION-kube-$KUBE_VERSION-deps-$deps
 
 log() { echo "kube-assets: $*" >&2; }
 
-build_etcd() {
-  [ -x "$OUT/etcd" ] && return
-  local w=$CACHE/src/etcd-$ETCD_VERSION
-  mkdir -p "$w" && cd "$w"
-  [ -f go.mod ] || go mod init lvm-agent/etcd-build >/dev/null 2>&1
-  log "building etcd $ETCD_VERSION (cold: ~1.5 min)"
-  local t0=$SECONDS
-  go get -tool "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >/dev/null 2>&1
-  go build -trimpath -ldflags "-s -w" -o "$OUT/etcd.tmp" go.etcd.io/etcd/server/v3
-  mv "$OUT/etcd.tmp" "$OUT/etcd"
-  log "etcd built in $((SECONDS - t0)) s"
-}
-
-# build_kube NAME...: k8s.io/kubernetes/cmd/NAME for each NAME not cached, from
-# one wrapper module whose staging modules point at the published versions.
-# One go build for all of them: the module and package graphs are loaded
+# build_kube NAME...: k8s.io/kubernetes/cmd/NAME (etcd: go.etcd.io/etcd/server/v3)
+# for each NAME not cached, from one wrapper module whose staging modules
+# point at the published versions. One go build for all of them: the module
+# and package graphs are loaded once, a package they share is compiled
 # once, and the links (single-threaded) run beside each other and the
 # compiles.
 build_kube() {
@@ -66,14 +58,21 @@ build_kube() {
       grep -vE 'sample-(cli-plugin|controller)' |
       while read -r m; do go mod edit -replace "$m=$m@$staging" -require "$m@$staging"; done
   fi
-  local pkgs=("${names[@]/#/k8s.io/kubernetes/cmd/}")
-  log "building ${names[*]} $KUBE_VERSION (cold, kube-apiserver among them: 5-20 min)"
+  local pkgs=() tools=()
+  for n in "${names[@]}"; do
+    case $n in
+      etcd) pkgs+=(go.etcd.io/etcd/server/v3) tools+=("go.etcd.io/etcd/server/v3@$ETCD_VERSION") ;;
+      *) pkgs+=("k8s.io/kubernetes/cmd/$n") tools+=("k8s.io/kubernetes/cmd/$n@$KUBE_VERSION") ;;
+    esac
+  done
+  log "building ${names[*]} (Kubernetes $KUBE_VERSION, etcd $ETCD_VERSION; cold, kube-apiserver among them: 5-20 min)"
   local t0=$SECONDS tmp
-  go get -tool "${pkgs[@]/%/@$KUBE_VERSION}" >/dev/null 2>&1
+  go get -tool "${tools[@]}" >/dev/null 2>&1
   tmp=$(mktemp -d "$OUT/.build.XXXXXX")
   go build -trimpath -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(echo "$KUBE_VERSION" | cut -d. -f2)" \
     -o "$tmp/" "${pkgs[@]}"
-  for n in "${names[@]}"; do mv "$tmp/$n" "$OUT/$n"; done
+  # go build names etcd's binary after its path: go.etcd.io/etcd/server/v3
+  for n in "${names[@]}"; do mv "$tmp/$([ "$n" = etcd ] && echo server || echo "$n")" "$OUT/$n"; done
   rmdir "$tmp"
   log "${names[*]} built in $((SECONDS - t0)) s"
 }
@@ -81,17 +80,12 @@ build_kube() {
 mkdir -p "$OUT"
 exec 9>"$OUT/.lock"
 flock 9
-kube=(kube-apiserver)
+kube=(etcd kube-apiserver)
 for c in "$@"; do
   case $c in
     kube-scheduler | kube-controller-manager | kubelet | kubectl | kube-proxy) kube+=("$c") ;;
     *) log "unknown component $c"; exit 2 ;;
   esac
 done
-# etcd (another module) builds beside Kubernetes: its module downloads and
-# its link leave a core idle.
-build_etcd &
-etcd=$!
 build_kube "${kube[@]}"
-wait "$etcd"
 echo "$OUT"
