@@ -26,7 +26,7 @@ kube_gomod=$(go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | sed -n 's
 # and server modules), built in the same wrapper module and the same go
 # build as Kubernetes: every module etcd shares with it (grpc, protobuf,
 # otel, zap, the etcd client...) is then compiled once, not twice.
-ETCD_VERSION=${ETCD_VERSION:-$(awk '$1 == "go.etcd.io/etcd/server/v3" { print $2; exit }' "$kube_gomod")}
+ETCD_VERSION=${ETCD_VERSION:-v3.7.0}
 aligned=$("$here/align-deps.sh" "$kube_gomod")
 read -rd '' -a align <<<"$aligned" || true
 deps=$(printf '%s\n' "${align[@]}" | sha256sum | cut -c1-8)
