@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/lvm-agent/lvm-agent/integration/harness"
@@ -36,13 +37,21 @@ func TestLabellerHybrid(t *testing.T) {
 
 	reg := prometheus.NewRegistry()
 	done := make(chan struct{})
-	go func() { kube.NewLabeller(cp.Client, reg).Run(ctx, 2); close(done) }()
+	lease := kube.LeaseRef{Namespace: ns, Name: "lb-labeller"}
+	go func() { kube.NewLabeller(cp.Client, reg).WithLease(lease, "lb").Run(ctx, 2); close(done) }()
 	defer func() { cancel(); <-done }()
 
 	addr := harness.FreeAddr(t)
-	n := startNode(t, "--watch-mode", "hybrid", "--sweep-interval", "1h", "--relist-spread", "0", "--metrics-address", addr)
+	n := startNode(t, "--watch-mode", "hybrid", "--sweep-interval", "1h", "--relist-spread", "0", "--metrics-address", addr,
+		"--labeller-lease", lease.String())
 	waitHTTP(t, addr, "/readyz", 200)
+	// The labeller holds its Lease: the agent does not watch the unlabelled
+	// objects, and sweeps.
+	waitMetricFunc(t, addr, "lvm_agent_unlabelled_watch", func(v float64) bool { return v == 0 })
 	waitMetricFunc(t, addr, `lvm_agent_sweeps_total{result="ok"}`, func(v float64) bool { return v >= 1 })
+	l, err := cp.Client.CoordinationV1().Leases(ns).Get(ctx, lease.Name, metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, int32(kube.LabellerLeaseDuration/time.Second), *l.Spec.LeaseDurationSeconds)
 
 	// Written after the agent's only sweep: only the label brings them.
 	rawRequest(t, cp.Client, ns, "lb-unlabelled", n.name, `{"volumeGroup":"vg1","name":"lb-lv","size":4194304}`, false)
@@ -73,4 +82,11 @@ func TestLabellerHybrid(t *testing.T) {
 		assert.Equal(t, rv, pvc.ResourceVersion, "%s: never written", name)
 		assert.NotContains(t, pvc.Labels, kube.LabelNode)
 	}
+
+	// A labeller that stops deletes its Lease, and the agent takes over.
+	cancel()
+	<-done
+	_, err = cp.Client.CoordinationV1().Leases(ns).Get(context.Background(), lease.Name, metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "the Lease is deleted: %v", err)
+	waitMetricFunc(t, addr, "lvm_agent_unlabelled_watch", func(v float64) bool { return v == 1 })
 }

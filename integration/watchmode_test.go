@@ -3,13 +3,16 @@ package integration
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/utils/ptr"
 
 	"github.com/lvm-agent/lvm-agent/integration/harness"
 	"github.com/lvm-agent/lvm-agent/kube"
@@ -30,18 +33,37 @@ func TestWatchModes(t *testing.T) {
 		mode              kube.WatchMode
 		answersUnlabelled bool
 		filtered          bool // by the API server: no foreign object reaches the agent's watch
+		// hybrid: a Lease held by a labeller that labels nothing, so that
+		// only the sweep finds the unlabelled requests (late)
+		lease bool
 	}{
-		{kube.WatchHybrid, true, true},
-		{kube.WatchLabelled, false, true},
-		{kube.WatchAll, true, false},
+		{kube.WatchHybrid, true, true, false},
+		{kube.WatchHybrid, true, true, true},
+		{kube.WatchLabelled, false, true, false},
+		{kube.WatchAll, true, false, false},
 	} {
-		t.Run(string(c.mode), func(t *testing.T) {
+		name := string(c.mode)
+		if c.lease {
+			name += "-lease"
+		}
+		t.Run(name, func(t *testing.T) {
 			addr := harness.FreeAddr(t)
-			// No spread of the first sweep: the test waits for it (kube's unit tests cover the spread).
-			n := startNode(t, "--watch-mode", string(c.mode), "--sweep-interval", "300ms", "--relist-spread", "0", "--metrics-address", addr)
-			waitHTTP(t, addr, "/readyz", 200)
 			ns := "default"
-			prefix := "wm-" + string(c.mode)
+			prefix := "wm-" + name
+			if c.lease {
+				heldLease(t, ns, prefix)
+			}
+			// No spread of the first sweep: the test waits for it (kube's unit tests cover the spread).
+			n := startNode(t, "--watch-mode", string(c.mode), "--sweep-interval", "300ms", "--relist-spread", "0", "--metrics-address", addr,
+				"--labeller-lease", ns+"/"+prefix)
+			waitHTTP(t, addr, "/readyz", 200)
+			if c.mode == kube.WatchHybrid {
+				want := 1.0
+				if c.lease {
+					want = 0
+				}
+				waitMetricFunc(t, addr, "lvm_agent_unlabelled_watch", func(v float64) bool { return v == want })
+			}
 
 			// Our provisioner: labelled, answered at once in every mode.
 			require.NoError(t, n.create(t, ns, prefix+"-labelled", spec(prefix+"-lv1", "4Mi")))
@@ -97,21 +119,47 @@ func TestWatchModes(t *testing.T) {
 			} else {
 				assert.GreaterOrEqual(t, foreign, 20.0, "every PVC of the other node")
 			}
-			if c.mode == kube.WatchHybrid {
+			switch {
+			case c.mode == kube.WatchHybrid && c.lease:
+				// Found late, by a sweep: said once in the log with the
+				// hint, counted, and an event on the object.
 				assert.Greater(t, m[`lvm_agent_sweeps_total{result="ok"}`], 0.0)
 				assert.Equal(t, 1.0, m[`lvm_agent_unlabelled_requests_total{resource="persistentvolumeclaims"}`])
 				assert.Equal(t, 1.0, m[`lvm_agent_unlabelled_requests_total{resource="persistentvolumes"}`])
 				assert.GreaterOrEqual(t, m[`lvm_agent_kube_objects_received_total{foreign="true",resource="persistentvolumeclaims",source="unlabelled"}`], 10.0,
 					"the unlabelled PVCs of every node are listed")
-				// The provisioner's operator is told why the request was slow.
+				assert.Equal(t, 1, strings.Count(n.agent.Output(), "Found a request late"), "said once")
+				assert.Contains(t, n.agent.Output(), "--label-requests")
 				require.Eventually(t, func() bool {
 					evs, err := cp.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
 						"involvedObject.name": prefix + "-unlabelled", "reason": "UnlabelledRequest"}.String()})
 					return err == nil && len(evs.Items) == 1
 				}, 10*time.Second, 50*time.Millisecond)
-			} else {
+			case c.mode == kube.WatchHybrid:
+				// No labeller: the agent watches the unlabelled objects, and
+				// nothing is late.
+				assert.Zero(t, m[`lvm_agent_sweeps_total{result="ok"}`])
+				assert.Greater(t, m[`lvm_agent_sweeps_total{result="skipped"}`], 0.0)
+				assert.Zero(t, m[`lvm_agent_unlabelled_requests_total{resource="persistentvolumeclaims"}`])
+				assert.GreaterOrEqual(t, m[`lvm_agent_kube_objects_received_total{foreign="true",resource="persistentvolumeclaims",source="unlabelled"}`], 10.0,
+					"the unlabelled PVCs of every node are watched")
+				assert.NotContains(t, n.agent.Output(), "Found a request late")
+			default:
 				assert.NotContains(t, m, `lvm_agent_sweeps_total{result="ok"}`)
 			}
 		})
 	}
+}
+
+// heldLease makes a Lease that a labeller holds and renews (an hour long):
+// the agents then rely on the labeller for unlabelled requests.
+func heldLease(t *testing.T, ns, name string) {
+	t.Helper()
+	now := metav1.NewMicroTime(time.Now())
+	_, err := cp.Client.CoordinationV1().Leases(ns).Create(context.Background(), &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("a-labeller-that-labels-nothing"), LeaseDurationSeconds: ptr.To(int32(3600)), RenewTime: &now},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cp.Client.CoordinationV1().Leases(ns).Delete(context.Background(), name, metav1.DeleteOptions{}) })
 }

@@ -90,8 +90,8 @@ func NewInformers(c kubernetes.Interface, node string, mode WatchMode, opts ...I
 	inf := &Informers{Factory: f, PVC: f.Core().V1().PersistentVolumeClaims().Informer(), PV: f.Core().V1().PersistentVolumes().Informer()}
 	if cfg.metrics != nil {
 		// Errors only come from a stopped informer; these are new.
-		_, _ = inf.PVC.AddEventHandler(counter{cfg})
-		_, _ = inf.PV.AddEventHandler(counter{cfg})
+		_, _ = inf.PVC.AddEventHandler(counter{cfg, SourceInformer})
+		_, _ = inf.PV.AddEventHandler(counter{cfg, SourceInformer})
 	}
 	return inf
 }
@@ -126,7 +126,10 @@ func (c informerConfig) transform(obj any) (any, error) {
 
 // counter is an informer event handler that counts the objects received
 // (once each, unlike the transform).
-type counter struct{ informerConfig }
+type counter struct {
+	informerConfig
+	source string
+}
 
 func (c counter) OnAdd(obj any, _ bool) { c.count(obj) }
 func (c counter) OnUpdate(_, obj any)   { c.count(obj) }
@@ -146,7 +149,7 @@ func (c counter) count(obj any) {
 		owned, _ := c.owner.Classify(obj)
 		foreign = foreignLabel(owned)
 	}
-	c.metrics.ObjectsReceived(resource, SourceInformer, foreign, 1)
+	c.metrics.ObjectsReceived(resource, c.source, foreign, 1)
 }
 
 // Trim is obj as the informers cache an object of this node: what the agent

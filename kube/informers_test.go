@@ -87,7 +87,7 @@ func TestTransform(t *testing.T) {
 func TestCounter(t *testing.T) {
 	me := Node{Name: "node-a", Drivers: []string{DefaultDriver}}
 	m := NewClientMetrics()
-	c := counter{informerConfig{owner: &me, metrics: m}}
+	c := counter{informerConfig{owner: &me, metrics: m}, SourceInformer}
 	open := sweepPVC("mine", "node-a", StateCreating, nil)
 	c.OnAdd(open, true)
 	c.OnUpdate(open, open)
@@ -100,7 +100,7 @@ func TestCounter(t *testing.T) {
 	assert.Equal(t, 1.0, v[key("lvm_agent_kube_objects_received_total", "resource", "persistentvolumes", "source", SourceInformer, "foreign", Foreign)])
 
 	// Without an owner: counted as unknown.
-	u := counter{informerConfig{metrics: m}}
+	u := counter{informerConfig{metrics: m}, SourceInformer}
 	u.OnAdd(open, true)
 	assert.Equal(t, 1.0, gather(t, m)[key("lvm_agent_kube_objects_received_total", "resource", "persistentvolumeclaims", "source", SourceInformer, "foreign", ForeignUnknown)])
 }

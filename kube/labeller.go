@@ -15,7 +15,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/component-helpers/apimachinery/lease"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 )
 
 // The Labeller gives the requests of provisioners that do not label (one
@@ -42,6 +44,9 @@ type Labeller struct {
 	pvs      cache.SharedIndexInformer
 	queue    workqueue.TypedRateLimitingInterface[labelKey]
 	labelled *prometheus.CounterVec
+	// lease, when set, is renewed while the labeller runs (see unlabelled.go).
+	lease  *LeaseRef
+	holder string
 }
 
 type labelKey struct {
@@ -94,6 +99,14 @@ func NewLabeller(c kubernetes.Interface, reg prometheus.Registerer) *Labeller {
 	return l
 }
 
+// WithLease has the labeller hold the Lease ref (as holder) from the moment
+// its caches have synced until it stops, so that hybrid-mode agents know that
+// it runs (LabellerPresence).
+func (l *Labeller) WithLease(ref LeaseRef, holder string) *Labeller {
+	l.lease, l.holder = &ref, holder
+	return l
+}
+
 func (l *Labeller) enqueue(pv bool, obj any) {
 	if k, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
 		l.queue.Add(labelKey{pv: pv, key: k})
@@ -108,6 +121,16 @@ func (l *Labeller) Run(ctx context.Context, workers int) {
 	defer l.factory.Shutdown()
 	if !cache.WaitForCacheSync(ctx.Done(), l.pvcs.HasSynced, l.pvs.HasSynced) {
 		return
+	}
+	if l.lease != nil {
+		// component-helpers' heartbeat Lease, as kubelet's Node Lease: renewed
+		// every quarter of its duration; Stop deletes it, so that the agents
+		// take over at once rather than after its duration.
+		hb := lease.NewController(clock.RealClock{}, l.client, l.holder, int32(LabellerLeaseDuration/time.Second), nil,
+			LabellerLeaseDuration/4, l.lease.Name, l.lease.Namespace, nil)
+		klog.InfoS("Holding the labeller's Lease while labelling", "lease", l.lease, "duration", LabellerLeaseDuration)
+		go hb.Run(ctx)
+		defer hb.Stop()
 	}
 	for range max(workers, 1) {
 		go wait.UntilWithContext(ctx, func(ctx context.Context) {

@@ -18,15 +18,18 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// The hybrid watch mode's second source. The informers watch only objects
+// The hybrid watch mode's safety net. The informers watch only objects
 // labelled for this node, which keeps the agent's cost independent of the
 // cluster's size; a provisioner that does not set the label (one written for
-// the original agent) would then go unanswered. The provisioner's Labeller
-// labels such requests (one watcher of the unlabelled objects per cluster),
-// and the informers deliver them. The Sweeper is the safety net for a
-// cluster where no labeller runs: it lists the PVCs and PVs that carry no
-// volume.node label at all, at start and every Interval, and hands the open
-// requests of this node to the agent, which treats them as informer events.
+// the original agent) is served by the provisioner's Labeller, which labels
+// such requests (one watcher of the unlabelled objects per cluster), or,
+// where no labeller holds its Lease, by the agent's own UnlabelledWatch
+// (unlabelled.go). The Sweeper lists the PVCs and PVs that carry no
+// volume.node label at all, at start and every Interval while the labeller
+// runs, and hands the open requests of this node to the agent, which treats
+// them as informer events: a request the labeller did not label (it cannot
+// route it, or it was made in the moments a labeller was failing) is late,
+// but never lost.
 //
 // It lists and never watches. Measured (make bench-cluster, hybrid mode,
 // docs/architecture.md "Scale"): with a watch of the unlabelled objects on
@@ -49,9 +52,10 @@ import (
 // thus sees every held request's next state, at the latest one Interval
 // later, whichever source shows it first.
 //
-// Why not a second pair of informers on !volume.node with the stub
-// transform, which would replace most of this file (issue 18): measured, it
-// costs memory and CPU that this does not. A prototype (informers with the
+// Why a list and not, where a labeller runs, a second pair of informers on
+// !volume.node with the stub transform (issue 18; UnlabelledWatch is that
+// pair, for clusters without a labeller): measured, it costs memory and CPU
+// that this does not. A prototype (informers with the
 // transform of NewInformers and the agent's handlers, started beside the
 // labelled ones) against this Sweeper, one fresh agent each, hybrid mode,
 // F foreign PVCs + F foreign PVs, 25% of them unlabelled:
@@ -94,6 +98,9 @@ type SweepConfig struct {
 	Metrics  *ClientMetrics
 	// Registerer registers the sweeper's own metrics (nil: not registered).
 	Registerer prometheus.Registerer
+	// Skip, when set and true, skips a pass: the unlabelled objects are
+	// watched (UnlabelledWatch), and their requests are not late.
+	Skip func() bool
 }
 
 // Sweeper lists the unlabelled PVCs and PVs.
@@ -101,6 +108,8 @@ type Sweeper struct {
 	target    SweepTarget
 	cfg       SweepConfig
 	resources []*unlabelled
+
+	late sync.Once // the log line that says how to fix late requests
 
 	mu sync.Mutex
 	// held are the objects handed to the target, by key, as last handed:
@@ -121,13 +130,13 @@ func NewSweeper(c kubernetes.Interface, target SweepTarget, cfg SweepConfig) *Sw
 	s := &Sweeper{target: target, cfg: cfg, held: map[string]runtime.Object{},
 		resources: []*unlabelled{pvcs(c), pvs(c)},
 		passes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lvm_agent_sweeps_total",
-			Help: "Hybrid mode: full lists of the unlabelled PVCs and PVs, by result (ok, error)."}, []string{"result"}),
+			Help: "Hybrid mode: full lists of the unlabelled PVCs and PVs, by result (ok, error, skipped: the agent watches them)."}, []string{"result"}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "lvm_agent_sweep_duration_seconds",
 			Help: "Hybrid mode: time of one full list of the unlabelled PVCs and PVs.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 12)}),
 		listed: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "lvm_agent_sweep_listed_objects",
 			Help: "Hybrid mode: unlabelled objects in the last full list, by resource: what a list costs."}, []string{"resource"}),
 		found: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lvm_agent_unlabelled_requests_total",
-			Help: "Hybrid mode: requests of this node found without the " + LabelNode + " label (their provisioner should set it), by resource."},
+			Help: "Hybrid mode: requests of this node found late, by a sweep, without the " + LabelNode + " label (neither the labeller nor this agent's watch delivered them), by resource."},
 			[]string{"resource"}),
 	}
 	if cfg.Registerer != nil {
@@ -164,6 +173,10 @@ func (s *Sweeper) Run(ctx context.Context) {
 
 // Sweep makes one full pass over the unlabelled PVCs and PVs.
 func (s *Sweeper) Sweep(ctx context.Context) error {
+	if s.cfg.Skip != nil && s.cfg.Skip() {
+		s.passes.WithLabelValues("skipped").Inc()
+		return nil
+	}
 	start := time.Now()
 	var errs []error
 	for _, r := range s.resources {
@@ -243,11 +256,15 @@ func (s *Sweeper) received(r *unlabelled, obj runtime.Object, seen map[string]bo
 
 func (s *Sweeper) warn(key string, obj runtime.Object, resource string) {
 	s.found.WithLabelValues(resource).Inc()
-	klog.InfoS("Found a request without the node label: its provisioner should set the label, which lets agents watch only their own node's objects",
-		"object", key, "label", LabelNode+"="+NodeLabelValue(s.cfg.Node.Name))
+	const hint = "requests without the node label reach the agents at once only where lvm-agent provisioner runs with --label-requests (its labeller holds the --labeller-lease Lease) or, where none does, through each agent's own watch of them; this one was found by a list: have its provisioner set the label, or check the labeller"
+	s.late.Do(func() {
+		klog.InfoS("Found a request late, without the node label: "+hint, "object", key, "label", LabelNode+"="+NodeLabelValue(s.cfg.Node.Name),
+			"metric", "lvm_agent_unlabelled_requests_total")
+	})
+	klog.V(2).InfoS("Unlabelled request found by a sweep", "object", key)
 	if s.cfg.Recorder != nil {
 		s.cfg.Recorder.Eventf(obj, corev1.EventTypeWarning, "UnlabelledRequest",
-			"lvm-agent on node %s found this request among the unlabelled objects it follows for compatibility: set label %s=%s on requests, so that agents can watch only their own node's objects",
+			"lvm-agent on node %s found this request late, by a list of the unlabelled objects: set label %s=%s on requests, or run lvm-agent provisioner with --label-requests",
 			s.cfg.Node.Name, LabelNode, NodeLabelValue(s.cfg.Node.Name))
 	}
 }

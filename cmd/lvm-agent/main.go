@@ -50,6 +50,7 @@ type options struct {
 	provisioners                         string
 	watchMode                            string
 	sweepInterval                        time.Duration
+	labellerLease                        string
 	relistSpread                         time.Duration
 	contentType                          string
 	workers                              int
@@ -81,8 +82,9 @@ func agentMain(args []string) int {
 	fs.StringVar(&o.provisioners, "provisioner-name", kube.DefaultProvisioner, "provisioner(s) whose local PVs (by "+kube.AnnProvisionedBy+") this agent serves, comma-separated")
 	fs.StringVar(&o.deviceClassMap, "device-class-map", "", "volumeGroup=deviceClass pairs, comma-separated; a volume group not listed is the device class of the same name")
 	fs.StringVar(&o.stripeClass, "striped-option-class", "", "lvmd lvcreate option class used for specs with \"striping\": true (empty: such specs fail)")
-	fs.StringVar(&o.watchMode, "watch-mode", string(kube.WatchHybrid), "hybrid: watch objects labelled "+kube.LabelNode+"=<node> (filtered by the API server; the provisioner labels the requests of provisioners that do not), and list the unlabelled ones every --sweep-interval for requests of this node, so that no provisioner's request is ignored; labelled: the labelled watch only (unlabelled requests are never seen); all: watch every PVC/PV and filter here (the original design: costs grow with the cluster)")
-	fs.DurationVar(&o.sweepInterval, "sweep-interval", 30*time.Minute, "hybrid mode: list all unlabelled PVCs/PVs at start and then this often, for requests no labeller has labelled: the safety net where the provisioner's labeller does not run (0: only at start)")
+	fs.StringVar(&o.watchMode, "watch-mode", string(kube.WatchHybrid), "hybrid: watch objects labelled "+kube.LabelNode+"=<node> (filtered by the API server); where the provisioner's labeller runs (--labeller-lease held), it labels the requests of provisioners that do not, else this agent watches the unlabelled objects too; labelled: the labelled watch only (unlabelled requests are never seen); all: watch every PVC/PV and filter here (the original design: costs grow with the cluster)")
+	fs.StringVar(&o.labellerLease, "labeller-lease", labellerLeaseDefault(), "hybrid mode: the Lease (NAMESPACE/NAME) that lvm-agent provisioner's labeller holds while it labels requests; absent or not renewed for "+kube.LabellerLeaseDuration.String()+", this agent watches the PVCs/PVs without the "+kube.LabelNode+" label itself (default: $POD_NAMESPACE, else lvm-agent, /"+kube.LabellerLeaseName+")")
+	fs.DurationVar(&o.sweepInterval, "sweep-interval", 30*time.Minute, "hybrid mode: list all unlabelled PVCs/PVs at start and then this often, while the labeller's Lease is held, for requests it has not labelled (0: only at start)")
 	fs.DurationVar(&o.relistSpread, "relist-spread", 10*time.Second, "delay each re-list of PVCs/PVs (after a watch that cannot resume, as when an API server restarts), and the hybrid mode's first list of the unlabelled ones, by a random time up to this, so that the agents of a cluster do not all list at once (0: off; the informers' first lists, which readiness waits for, are never delayed)")
 	fs.StringVar(&o.contentType, "kube-api-content-type", "application/vnd.kubernetes.protobuf", "content type of API requests and responses (protobuf is about a third of JSON's bytes and cheaper to decode)")
 	fs.IntVar(&o.workers, "workers", 8, "requests handled in parallel (lvmd serializes operations per volume group)")
@@ -169,9 +171,24 @@ func run(o options) error {
 	reg.MustRegister(agent.NewOpenRequestsCollector(a))
 	startGC(ctx, o.gc, a, reg)
 	if mode == kube.WatchHybrid {
+		lease, err := kube.ParseLeaseRef(o.labellerLease)
+		if err != nil {
+			return fmt.Errorf("--labeller-lease: %w", err)
+		}
+		watch := kube.NewUnlabelledWatch(client, a, node, clientMetrics, reg)
+		presence := kube.NewLabellerPresence(client, lease, watch)
+		go presence.Run(ctx)
 		sweeper := kube.NewSweeper(client, a, kube.SweepConfig{Node: node, Interval: o.sweepInterval, Recorder: recorder,
-			Metrics: clientMetrics, Registerer: reg})
-		go func() { kube.SpreadStart(ctx, o.relistSpread); sweeper.Run(ctx) }()
+			Metrics: clientMetrics, Registerer: reg, Skip: watch.Active})
+		go func() {
+			select {
+			case <-presence.Synced():
+			case <-ctx.Done():
+				return
+			}
+			kube.SpreadStart(ctx, o.relistSpread)
+			sweeper.Run(ctx)
+		}()
 	}
 	capacity := agent.NewCapacityWatcher(backend, reg)
 	if devices == nil {
@@ -197,6 +214,16 @@ func run(o options) error {
 	}
 	klog.InfoS("Starting lvm-agent", "version", versionName(), "node", o.nodeName, "backend", o.backend, "watchMode", mode, "workers", o.workers)
 	return a.Run(ctx, o.grace)
+}
+
+// labellerLeaseDefault is the Lease of the labeller of lvm-agent
+// provisioner installed in this agent's namespace (deploy/, the chart).
+func labellerLeaseDefault() string {
+	ns := firstEnv("POD_NAMESPACE")
+	if ns == "" {
+		ns = "lvm-agent"
+	}
+	return ns + "/" + kube.LabellerLeaseName
 }
 
 // signalContext ends on SIGTERM or SIGINT; a second signal exits 1 at once,

@@ -110,7 +110,11 @@ func runProvisioner(o provisionerOptions) error {
 		}
 		if o.label {
 			// The library serves the default registry at --metrics-port.
-			go kube.NewLabeller(client, prometheus.DefaultRegisterer).Run(ctx, 2)
+			// Its Lease, beside the leader's, tells the hybrid-mode agents
+			// that they need not watch the unlabelled objects themselves.
+			host, _ := os.Hostname()
+			go kube.NewLabeller(client, prometheus.DefaultRegisterer).
+				WithLease(kube.LeaseRef{Namespace: o.namespace, Name: kube.LabellerLeaseName}, host).Run(ctx, 2)
 		}
 		pc.Run(ctx)
 	}
