@@ -85,7 +85,7 @@ bench-scale:
 # server; its cost per transition, a cluster-wide burst, an API server
 # restart. Quick: make bench-cluster ARGS='-nodes 1,30 -burst-nodes 30 -restart-nodes 30'
 bench-cluster:
-	KUBEBUILDER_ASSETS=$$(scripts/kube-assets.sh) go run ./integration/scale -nodes 1,30,100,300 $(ARGS)
+	KUBEBUILDER_ASSETS=$$(scripts/kube-assets.sh) go run ./integration/scale -nodes 1,30,100,300 -modes labelled,hybrid,hybrid-alone,all $(ARGS)
 
 # The provisioner: PVC created -> Bound through the real scheduler, PV
 # controller, provisioner and agent; median of 20, fake lvmd at 0 ms and 1 s.

@@ -40,7 +40,8 @@ func startAgentOn(tb harness.TB, bin, kubeconfig, node, mode string, cfg config)
 	var socket string
 	a.lvmd, socket = harness.ServeLVMD(tb, a.lvm)
 	args := append([]string{"--node-name", node, "--kubeconfig", kubeconfig, "--lvmd-socket", socket,
-		"--metrics-address", a.addr, "--watch-mode", mode, "--sweep-interval", cfg.sweepInterval.String()}, cfg.agentArgs...)
+		"--metrics-address", a.addr, "--watch-mode", watchMode(mode), "--labeller-lease", benchLease.String(),
+		"--sweep-interval", cfg.sweepInterval.String()}, cfg.agentArgs...)
 	a.started = time.Now()
 	a.proc = harness.StartAgent(tb, bin, args...)
 	return a

@@ -61,7 +61,7 @@ func (cl *cluster) startFleet(ctx context.Context, tb harness.TB, bin, mode stri
 		f.stop()
 		return nil, err
 	}
-	if mode == "hybrid" {
+	if hybrid(mode) {
 		for _, a := range f.agents {
 			// Readiness does not wait for the first list of the unlabelled objects; the figures do.
 			if err := a.waitMetric(ctx, "lvm_agent_sweeps_total", 1, 10*time.Minute); err != nil {

@@ -266,7 +266,7 @@ func fleetRowRun(ctx context.Context, cl *cluster, tb harness.TB, bin, mode stri
 				filepath.Join(fc.profileDir, fmt.Sprintf("%s-%d.pprof", mode, n)))
 		}
 		var unl func(int) bool
-		if mode == "hybrid" {
+		if hybrid(mode) {
 			// A provisioner that does not label writes some of them.
 			unl = func(i int) bool { return unlabelled(i, fc.unlabelledRequests) }
 		}

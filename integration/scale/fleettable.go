@@ -11,7 +11,7 @@ import (
 // the headline ratios.
 func printFleet(out io.Writer, cfg config, fc fleetConfig, res *fleetResult) {
 	fmt.Fprintf(out, "\nlvm-agent cluster: N nodes, each the real agent (a process of its own, its own fake lvmd), against one etcd + kube-apiserver;\n")
-	fmt.Fprintf(out, "per row %d create requests spread over the nodes (labelled, %.0f/s; in hybrid rows %.0f%% unlabelled, beside the provisioner's labeller), %d foreign PVCs + %d PVs (%d%% unlabelled) with %.0f foreign writes/s of churn\n",
+	fmt.Fprintf(out, "per row %d create requests spread over the nodes (labelled, %.0f/s; in hybrid rows %.0f%% unlabelled, beside the provisioner's labeller; hybrid-alone: the same without a labeller, the agents watch the unlabelled objects), %d foreign PVCs + %d PVs (%d%% unlabelled) with %.0f foreign writes/s of churn\n",
 		fc.transitions, fc.rate, 100*fc.unlabelledRequests, fc.foreign, fc.foreign, int(cfg.unlabelledFrac*100), cfg.churn)
 	fmt.Fprintf(out, "agent args %q; host load before %s, after %s\n\n", strings.Join(cfg.agentArgs, " "), res.loadavg[0], res.loadavg[1])
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)

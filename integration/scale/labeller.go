@@ -2,15 +2,20 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/lvm-agent/lvm-agent/kube"
 )
 
-// The hybrid rows run the provisioner's labeller beside the agents: hybrid
+// The hybrid rows run the provisioner's labeller beside the agents (the
+// hybrid-alone rows do not: their agents watch the unlabelled objects): hybrid
 // agents watch only their labelled objects, and the requests written
 // without the label reach them once the labeller has labelled them (their
 // sweep lists only at start and every --sweep-interval). It is the library
@@ -38,11 +43,30 @@ func (cl *cluster) startLabeller(ctx context.Context) (*labeller, error) {
 	}
 	l := &labeller{reg: prometheus.NewRegistry()}
 	ctx, l.cancel = context.WithCancel(ctx)
-	lab := kube.NewLabeller(c, l.reg)
+	lab := kube.NewLabeller(c, l.reg).WithLease(benchLease, "bench")
 	l.wg.Add(1)
 	go func() { defer l.wg.Done(); lab.Run(ctx, 2) }()
-	return l, nil
+	// The agents rely on it once its Lease is there (they start after).
+	for start := time.Now(); ; time.Sleep(100 * time.Millisecond) {
+		if _, err := c.CoordinationV1().Leases(benchLease.Namespace).Get(ctx, benchLease.Name, metav1.GetOptions{}); err == nil {
+			return l, nil
+		} else if time.Since(start) > 2*time.Minute {
+			l.stop()
+			return nil, fmt.Errorf("the labeller's Lease: %w", err)
+		}
+	}
 }
+
+// benchLease is the labeller's Lease, which the agents follow
+// (--labeller-lease).
+var benchLease = kube.LeaseRef{Namespace: "default", Name: kube.LabellerLeaseName}
+
+// watchMode is the agent's --watch-mode of a row's mode: "hybrid-alone" is
+// hybrid with no labeller running (the agents watch the unlabelled objects
+// themselves).
+func watchMode(mode string) string { return strings.TrimSuffix(mode, "-alone") }
+
+func hybrid(mode string) bool { return watchMode(mode) == string(kube.WatchHybrid) }
 
 // labelled is how many requests it has labelled.
 func (l *labeller) labelled() float64 {

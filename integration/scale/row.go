@@ -67,7 +67,7 @@ func runRow(ctx context.Context, cl *cluster, tb harness.TB, bin, mode string, f
 	if r.ready, err = a.waitReady(ctx, 10*time.Minute); err != nil {
 		return nil, err
 	}
-	if mode == "hybrid" {
+	if hybrid(mode) {
 		// Readiness does not wait for the first list of the unlabelled objects; the figures do.
 		if err := a.waitMetric(ctx, "lvm_agent_sweeps_total", 1, 10*time.Minute); err != nil {
 			return nil, err
