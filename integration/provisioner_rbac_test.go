@@ -106,6 +106,9 @@ func TestProvisionerRBAC(t *testing.T) {
 			p, err := admin.CoreV1().PersistentVolumeClaims("default").Get(ctx, "prov-unlabelled", metav1.GetOptions{})
 			return err == nil && p.Labels[kube.LabelNode] == kube.NodeLabelValue(node.Name) && p.Annotations[kube.AnnLifecycle] == kube.StateCreated, nil
 		}), "labelled by the provisioner and answered")
+		l, err := admin.CoordinationV1().Leases("lvm-agent").Get(ctx, kube.LabellerLeaseName, metav1.GetOptions{})
+		require.NoError(t, err, "the labeller holds its Lease (under the provisioner's Role)")
+		assert.NotEmpty(t, *l.Spec.HolderIdentity)
 	})
 
 	var refused []string

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -70,6 +71,16 @@ func TestRBACRoleIsMinimal(t *testing.T) {
 		"/events":                 {"create", "patch"},
 		"/nodes":                  {"get", "patch"},
 	}, got)
+	// In its namespace: reading the labeller's Lease, that one only.
+	var ns *rbacv1.Role
+	for _, o := range objs {
+		if r, ok := o.(*rbacv1.Role); ok && r.Name == "lvm-agent" {
+			ns = r
+		}
+	}
+	require.NotNil(t, ns, "%s has a Role lvm-agent", rbacManifest)
+	assert.Equal(t, []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
+		ResourceNames: []string{kube.LabellerLeaseName}, Verbs: []string{"get", "list", "watch"}}}, ns.Rules)
 }
 
 // The real agent, authenticated as the ServiceAccount of deploy/base (a
@@ -119,13 +130,15 @@ func TestRBAC(t *testing.T) {
 		assert.Empty(t, lvNames())
 	})
 
-	t.Run("unlabelled request found by the sweep", func(t *testing.T) {
+	// No labeller holds its Lease (read under the agent's Role): the agent
+	// watches the unlabelled objects itself.
+	t.Run("unlabelled request found by its watch", func(t *testing.T) {
 		rawRequest(t, admin, "default", "rbac-unlabelled", nodeName, `{"volumeGroup":"vg1","name":"rbac-unlabelled","size":4096}`, false)
 		ann := harness.WaitFor(t, 30*time.Second, func(ctx context.Context) (metav1.Object, error) {
 			return admin.CoreV1().PersistentVolumeClaims("default").Get(ctx, "rbac-unlabelled", metav1.GetOptions{})
 		}, func(a map[string]string) bool { return a[kube.AnnLifecycle] != kube.StateCreating })
 		assert.Equal(t, kube.StateCreated, ann[kube.AnnLifecycle], "error: %s", ann[kube.AnnError])
-		// Labelled now, it leaves the sweep, which reads it once more (get).
+		// Labelled now, it leaves the watch, which reads it once more (get).
 		_, err := kube.UpdatePvcWithAnnotations(ctx, admin, "default", "rbac-unlabelled", "", nil,
 			kube.Set(map[string]string{kube.LabelNode: kube.NodeLabelValue(nodeName)}))
 		require.NoError(t, err)
@@ -175,6 +188,15 @@ func TestRBAC(t *testing.T) {
 			"delete PV": func() error { return pvs.Delete(ctx, "rbac-pv", metav1.DeleteOptions{}) },
 			"create PV": func() error {
 				_, err := pvs.Create(ctx, harness.NewPV("rbac-new", "x", kube.DefaultDriver, nil, ""), metav1.CreateOptions{})
+				return err
+			},
+			"update the labeller's Lease": func() error {
+				_, err := saClient.CoordinationV1().Leases("lvm-agent").Create(ctx, &coordinationv1.Lease{
+					ObjectMeta: metav1.ObjectMeta{Name: kube.LabellerLeaseName, Namespace: "lvm-agent"}}, metav1.CreateOptions{})
+				return err
+			},
+			"get another Lease": func() error {
+				_, err := saClient.CoordinationV1().Leases("lvm-agent").Get(ctx, kube.DefaultProvisioner, metav1.GetOptions{})
 				return err
 			},
 			"get secret": func() error {
