@@ -244,10 +244,11 @@ func (w *UnlabelledWatch) Stop() bool {
 	return true
 }
 
-// handOver gives the agent an object of this node (open or not: so that it
-// also sees a request end) or one misdirected to it.
+// handOver gives the agent an object of this node, open or not: so that it
+// also sees a request end. (Nothing unlabelled is misdirected: that is a
+// label naming the wrong node.)
 func (w *UnlabelledWatch) handOver(obj any) {
-	if owned, _ := w.node.Classify(obj); owned || w.node.Misdirected(obj) {
+	if owned, _ := w.node.Classify(obj); owned {
 		w.target.Swept(obj.(runtime.Object))
 	}
 }
