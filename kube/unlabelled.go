@@ -255,13 +255,18 @@ func (w *UnlabelledWatch) handOver(obj any) {
 
 // left handles an object that left the watch: deleted, or labelled (the
 // API server's watch says "deleted" for an object that stops matching the
-// selector). It is read again: gone, the agent forgets it; labelled for this
-// node, the labelled informers have it; else it is handed over as it is now.
+// selector, with its last matching state). An open request is read again:
+// gone, the agent forgets it; labelled for this node, the labelled
+// informers have it; else it is handed over as it is now.
 func (w *UnlabelledWatch) left(ctx context.Context, obj any) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
-	if owned, _ := w.node.Classify(obj); !owned {
+	if _, open := w.node.Classify(obj); !open {
+		// Not a request the agent holds (it forgot it when it saw it
+		// answered): nothing to settle, and no read. Most objects leave
+		// this way: a provisioner that labels writes the label with the
+		// request, on a claim that was unlabelled until then.
 		return
 	}
 	last := obj.(runtime.Object)
