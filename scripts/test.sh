@@ -21,7 +21,7 @@ set -uo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
-all=(vet unit fuzz integration guest images)
+all=(vet unit integration guest images)
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=("${all[@]}")
 for s in "${steps[@]}"; do
@@ -67,28 +67,10 @@ table() {
 trap 'table; rm -rf "$work"' EXIT
 trap 'exit 130' INT TERM
 
-# integration_rows LOG: go test's "ok|FAIL <package> <seconds>s" lines, as rows.
-package_rows() {
-  sed -nE 's/^(ok|FAIL)[[:space:]]+github\.com\/lvm-agent\/lvm-agent\/([^[:space:]]+)[[:space:]]+([0-9.]+)s.*/\2 \1 \3/p' "$1" |
-    while read -r pkg res secs; do times_add "go test ./$pkg ($res)" "${secs%.*}"; done
-}
-. "$root/scripts/times.sh"
-
 vet() { make --no-print-directory vet; }
 unit() { make --no-print-directory test-unit; }
-fuzz() { make --no-print-directory fuzz; }
-integration() {
-  make --no-print-directory test-integration 2>&1 | tee "$work/integration.log"
-  local rc=${PIPESTATUS[0]}
-  package_rows "$work/integration.log"
-  return "$rc"
-}
-guest() {
-  local rc=0
-  make --no-print-directory test-guest || rc=$?
-  make --no-print-directory test-node || rc=$?
-  return $rc
-}
+integration() { make --no-print-directory test-integration; }
+guest() { scripts/vm/test.sh; }
 images() { make --no-print-directory images; }
 
 failed=0

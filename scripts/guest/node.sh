@@ -53,8 +53,19 @@ case $install in kustomize | helm) ;; *) usage ;; esac
 export CLUSTER_DIR=${CLUSTER_DIR:-/var/lib/lvm-agent-cluster}
 export KUBECONFIG=$CLUSTER_DIR/pki/admin.conf PATH=$bin:$here:/usr/local/sbin:/usr/local/bin:$PATH
 t0=$SECONDS
-# step TITLE [WHY...]: a numbered heading with the time so far, and what it shows.
+# step TITLE [WHY...]: a numbered heading with the time so far, and what it
+# shows. The step before it ends there: its wall time goes to
+# $LVM_AGENT_GUEST_TIMES when set (scripts/guest/test.sh: make test's table).
+step_title='' step_at=$SECONDS
+step_time() {
+  [ -z "$step_title" ] || [ -z "${LVM_AGENT_GUEST_TIMES:-}" ] ||
+    printf 'node: %s\t%d\n' "$step_title" $((SECONDS - step_at)) >>"$LVM_AGENT_GUEST_TIMES"
+  step_title='' step_at=$SECONDS
+}
+trap step_time EXIT
 step() {
+  step_time
+  case $1 in *": OK") ;; *) step_title=$1 ;; esac
   printf '\n==> [%3d s] %s\n' $((SECONDS - t0)) "$1"
   shift
   [ $# -eq 0 ] || printf '    %s\n' "$@"
