@@ -35,9 +35,10 @@ vet:
 # etcd + kube-apiserver, the in-guest suite against real LVM and lvmd, and
 # the full scenario on a real one-node cluster in the guest; and the images
 # for both arches (the guest's runs need amd64 only). scripts/test.sh runs
-# the steps and prints each one's wall time at the end, also on a failure.
+# the steps and prints each one's wall time at the end, also on a failure;
+# STEPS='vet unit' runs only those.
 test:
-	scripts/test.sh
+	scripts/test.sh $(STEPS)
 
 test-unit:
 	go test -count=1 $$(go list ./... | grep -v /integration)
