@@ -28,6 +28,7 @@ set -uo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
+. scripts/times.sh
 all=(vet unit integration guest images)
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=("${all[@]}")
@@ -40,6 +41,7 @@ work=$(mktemp -d)
 export LVM_AGENT_TIMES=$work/times # scripts/times.sh: "STEP<TAB>LABEL<TAB>SECONDS"
 : >"$LVM_AGENT_TIMES"
 : >"$work/rows" # "STEP START WALL CPU RESULT", in the order the steps ended
+: >"$work/started" # "STEP START"
 t0=$SECONDS
 ncpu=$(nproc)
 # cpu: the host's busy jiffies and all jiffies so far (/proc/stat).
@@ -51,6 +53,7 @@ run() {
   local step=$1 start=$SECONDS rc=0 b0 a0 b1 a1
   shift
   read -r b0 a0 < <(cpu)
+  echo "$step $((start - t0))" >>"$work/started"
   printf '\n==> test: %s (at %d s; host load %s)\n' "$step" $((start - t0)) "$(cut -d' ' -f1-3 /proc/loadavg)"
   LVM_AGENT_STEP=$step "$@" || rc=$?
   read -r b1 a1 < <(cpu)
@@ -64,14 +67,16 @@ table() {
   echo
   echo "make test: step times (wall seconds; start: since make test began; cpu: the host's CPU busy during the step, $ncpu cores = $((ncpu * 100))%)"
   printf '%-58s %6s %6s %5s  %s\n' step start wall cpu result
+  # A step still running (make test interrupted) is a row without an end.
+  awk 'NR == FNR { done[$1] = 1; next } !($1 in done) { print $1, $2, "-", "-", "unfinished" }' "$work/rows" "$work/started" >>"$work/rows"
   sort -k2,2n "$work/rows" | while read -r step start wall cpu_pct result; do
-    printf '%-58s %6d %6d %4d%%  %s\n' "$step" "$start" "$wall" "$cpu_pct" "$result"
+    printf '%-58s %6s %6s %4s%%  %s\n' "$step" "$start" "$wall" "$cpu_pct" "$result"
     awk -F'\t' -v s="$step" '$1 == s { printf "  %-56.56s %6s %6d\n", $2, "", $3 }' "$LVM_AGENT_TIMES"
   done
   printf '%-58s %6s %6d  %s\n' total '' $((SECONDS - t0)) "$([ "${failed:-1}" = 0 ] && echo PASS || echo FAIL)"
 }
 trap 'table; rm -rf "$work"' EXIT
-trap 'exit 130' INT TERM
+trap 'failed=130; exit 130' INT TERM
 
 # builds: everything the guest step and the images step build, cached, so
 # that those steps find it done. guest-files.sh builds Kubernetes (all the
