@@ -22,6 +22,10 @@ if [ -z "${LVM_AGENT_GUEST_TIMES:-}" ] && grep -q ' /share ' /proc/mounts; then
   export LVM_AGENT_GUEST_TIMES=/share/times.tsv
 fi
 log() { echo "test: $*"; }
+# cpu: the guest's busy jiffies and all jiffies so far: how busy its vCPUs
+# were during a part (idle vCPUs are host cores left to the host).
+cpu() { awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t; exit }' /proc/stat; }
+ncpu=$(nproc)
 
 # suite: devmapper.test, lvmmeta.test and guest.test (scripts/guest/suite.sh)
 # against vg0 (topolvm's lvmd) and vg1 (google/lvmd).
@@ -44,11 +48,14 @@ node() { bash "$here/node.sh" --bin "$bin" --mode full; }
 rc=0
 for p in "${PARTS[@]}"; do
   t0=$SECONDS
+  read -r b0 a0 < <(cpu)
   log "== $p"
   r=0
   "$p" || r=$?
-  log "== $p exited $r after $((SECONDS - t0)) s"
-  [ -z "${LVM_AGENT_GUEST_TIMES:-}" ] || printf '%s%s\t%s\n' "$p" "$([ $r -eq 0 ] || echo " (FAILED)")" $((SECONDS - t0)) >>"$LVM_AGENT_GUEST_TIMES"
+  read -r b1 a1 < <(cpu)
+  busy="vCPUs $(((b1 - b0) * 100 * ncpu / (a1 - a0 > 0 ? a1 - a0 : 1)))% busy"
+  log "== $p exited $r after $((SECONDS - t0)) s ($busy)"
+  [ -z "${LVM_AGENT_GUEST_TIMES:-}" ] || printf '%s (%s)%s\t%s\n' "$p" "$busy" "$([ $r -eq 0 ] || echo ", FAILED")" $((SECONDS - t0)) >>"$LVM_AGENT_GUEST_TIMES"
   [ $r -eq 0 ] || rc=1
 done
 log "result: $([ $rc -eq 0 ] && echo PASS || echo FAIL)"
