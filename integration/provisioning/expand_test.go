@@ -59,6 +59,19 @@ func growClass(t *testing.T, name string) {
 	})
 }
 
+// growingClaim starts a node and a class of its own (both named name), and
+// a 64 MiB claim "data" of mode with a Pod on that node; it returns them
+// once the claim is bound, with the claim's namespace and PV.
+func growingClaim(t *testing.T, name string, mode corev1.PersistentVolumeMode) (*growNode, string, *corev1.PersistentVolume) {
+	t.Helper()
+	n := startGrowNode(t, name)
+	growClass(t, name)
+	ns := newNamespace(t)
+	claimAndPod(t, ns, "data", name, "64Mi", mode, map[string]string{corev1.LabelHostname: n.name})
+	_, pv := waitBound(t, ns, "data")
+	return n, ns, pv
+}
+
 // askFor sets the claim's request, as a user editing the PVC does.
 func askFor(t *testing.T, ns, name, size string) {
 	t.Helper()
@@ -103,18 +116,7 @@ func pvCapacity(t *testing.T, name string) string {
 	return qty(pv.Spec.Capacity)
 }
 
-func lvSize(t *testing.T, n *node, name string) uint64 {
-	t.Helper()
-	lvs, err := n.lvm.List("vg1")
-	require.NoError(t, err)
-	for _, lv := range lvs {
-		if lv.Name == name {
-			return lv.SizeBytes
-		}
-	}
-	t.Fatalf("no LV %s on %s", name, n.name)
-	return 0
-}
+func lvSize(t *testing.T, n *node, name string) uint64 { return lvOf(t, n, name).SizeBytes }
 
 // waitEvents waits until the claim has had an event of each reason (of its type).
 func waitEvents(t *testing.T, ns, name string, want map[string]string) {
@@ -170,11 +172,7 @@ func waitFreeCapacity(t *testing.T, n *node, class string) {
 // capacity is the LV's, and the claim waits for kubelet's filesystem grow
 // (NodeResizePending), its capacity unchanged until kubelet has done it.
 func TestExpandFilesystem(t *testing.T) {
-	n := startGrowNode(t, "grow-fs")
-	growClass(t, "grow-fs")
-	ns := newNamespace(t)
-	claimAndPod(t, ns, "data", "grow-fs", "64Mi", corev1.PersistentVolumeFilesystem, map[string]string{corev1.LabelHostname: n.name})
-	_, pv := waitBound(t, ns, "data")
+	n, ns, pv := growingClaim(t, "grow-fs", corev1.PersistentVolumeFilesystem)
 	require.EqualValues(t, 64*mib, lvSize(t, n.node, pv.Name))
 
 	askFor(t, ns, "data", "256Mi")
@@ -197,11 +195,7 @@ func TestExpandFilesystem(t *testing.T) {
 // A Block claim is done when the LV has grown: its status capacity is the
 // new size, with no status left for kubelet.
 func TestExpandBlock(t *testing.T) {
-	n := startGrowNode(t, "grow-block")
-	growClass(t, "grow-block")
-	ns := newNamespace(t)
-	claimAndPod(t, ns, "data", "grow-block", "64Mi", corev1.PersistentVolumeBlock, map[string]string{corev1.LabelHostname: n.name})
-	_, pv := waitBound(t, ns, "data")
+	n, ns, pv := growingClaim(t, "grow-block", corev1.PersistentVolumeBlock)
 
 	askFor(t, ns, "data", "256Mi")
 	pvc := waitClaim(t, ns, "data", "capacity 256Mi", func(p *corev1.PersistentVolumeClaim) bool {
@@ -219,11 +213,7 @@ func TestExpandBlock(t *testing.T) {
 // a Warning, the LV and the PV as they were; lowering the request to a size
 // that fits grows the volume to it.
 func TestExpandTooBigThenRecover(t *testing.T) {
-	n := startGrowNode(t, "grow-big")
-	growClass(t, "grow-big")
-	ns := newNamespace(t)
-	claimAndPod(t, ns, "data", "grow-big", "64Mi", corev1.PersistentVolumeFilesystem, map[string]string{corev1.LabelHostname: n.name})
-	_, pv := waitBound(t, ns, "data")
+	n, ns, pv := growingClaim(t, "grow-big", corev1.PersistentVolumeFilesystem)
 
 	askFor(t, ns, "data", "4Gi")
 	pvc := waitClaim(t, ns, "data", "ControllerResizeInfeasible", func(p *corev1.PersistentVolumeClaim) bool {
@@ -249,11 +239,7 @@ func TestExpandTooBigThenRecover(t *testing.T) {
 // restarted agent finds the LV already grown (no second resize) and
 // answers, and the claim ends as if nothing happened.
 func TestExpandAgentRestartedMidGrow(t *testing.T) {
-	n := startGrowNode(t, "grow-restart")
-	growClass(t, "grow-restart")
-	ns := newNamespace(t)
-	claimAndPod(t, ns, "data", "grow-restart", "64Mi", corev1.PersistentVolumeFilesystem, map[string]string{corev1.LabelHostname: n.name})
-	_, pv := waitBound(t, ns, "data")
+	n, ns, pv := growingClaim(t, "grow-restart", corev1.PersistentVolumeFilesystem)
 
 	resizing := make(chan struct{}, 10)
 	var resizes atomic.Int32
