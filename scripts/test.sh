@@ -79,24 +79,31 @@ table() {
 trap 'table; rm -rf "$work"' EXIT
 trap 'failed=130; exit 130' INT TERM
 
-# builds: everything the guest step builds, cached, so that it finds it
-# done: guest-files.sh builds Kubernetes (all the components at once: the
-# integration step's kube-assets.sh call waits for it), containerd, lvmd,
-# Helm and this checkout's guest binaries and images (amd64).
-guest_files=(etcd kube-apiserver lvmd google-lvmd lvm-agent guest.test devmapper.test lvmmeta.test
-  kube-controller-manager kube-scheduler kubelet kubectl kube-proxy containerd containerd-shim-runc-v2 ctr images helm)
+# builds: everything the guest step needs, staged for it (scripts/vm/test.sh
+# --files): guest-files.sh builds Kubernetes (all the components at once:
+# the integration step's kube-assets.sh call waits for it), containerd,
+# lvmd, this checkout's guest binaries and images (amd64), and Helm for the
+# integration step.
 builds() {
-  local rc=0
+  local rc=0 names
   scripts/vm/build-guest.sh >/dev/null &
   local guest=$!
-  scripts/vm/guest-files.sh "${guest_files[@]}" >/dev/null || rc=$?
+  scripts/helm.sh >/dev/null &
+  local helm=$!
+  read -ra names <<<"$(scripts/vm/test.sh --names)"
+  scripts/vm/guest-files.sh --stage "${names[@]}" >"$work/files" || rc=$?
   wait $guest || rc=$?
+  wait $helm || rc=$?
   return $rc
 }
 vet() { make --no-print-directory vet; }
 unit() { make --no-print-directory test-unit; }
 integration() { scripts/integration.sh; }
-guest() { scripts/vm/test.sh; }
+guest() {
+  local files
+  files=$(cat "$work/files" 2>/dev/null)
+  scripts/vm/test.sh ${files:+--files "$files"}
+}
 images() { make --no-print-directory images; }
 
 # background STEP: run STEP in the background, its output kept for later
