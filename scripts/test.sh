@@ -18,12 +18,13 @@
 #                (scripts/vm/test.sh, scripts/guest/test.sh)
 #   images       the images for both arches (make images)
 #
-# The builds the guest and the images need (Kubernetes, containerd, lvmd,
-# Helm, the guest's binaries and image, the images' cross-compiles) start at
-# once in the background, the row "builds": on a cold machine they are most
-# of the time, and they fill the cores that vet's and the tests' waits leave
-# idle; warm, they are links. Every step runs even when one before it failed;
-# the exit code is 0 only when every step passed.
+# The builds the guest step needs (Kubernetes, containerd, lvmd, Helm, the
+# guest's binaries and image: the row "builds") and the images step start at
+# once in the background: on a cold machine the builds are most of the time,
+# and they fill the cores that vet's and the tests' waits leave idle; warm,
+# they are links. The guest step waits for the builds; the guest gets the
+# host's cores to itself. Every step runs even when one before it failed; the
+# exit code is 0 only when every step passed.
 set -uo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -78,44 +79,59 @@ table() {
 trap 'table; rm -rf "$work"' EXIT
 trap 'failed=130; exit 130' INT TERM
 
-# builds: everything the guest step and the images step build, cached, so
-# that those steps find it done. guest-files.sh builds Kubernetes (all the
-# components at once: the integration step's kube-assets.sh call waits for
-# it), containerd, lvmd, Helm and this checkout's guest binaries; images.sh
-# the arm64 cross-compile.
-guest_files=(etcd kube-apiserver lvmd google-lvmd lvm-agent guest.test devmapper.test lvmmeta.test
-  kube-controller-manager kube-scheduler kubelet kubectl kube-proxy containerd containerd-shim-runc-v2 ctr images helm)
+# builds: everything the guest step needs, staged for it (scripts/vm/test.sh
+# --files): guest-files.sh builds Kubernetes (all the components at once:
+# the integration step's kube-assets.sh call waits for it), containerd,
+# lvmd, this checkout's guest binaries and images (amd64), and Helm for the
+# integration step.
 builds() {
-  local rc=0
+  local rc=0 names
   scripts/vm/build-guest.sh >/dev/null &
   local guest=$!
-  scripts/vm/guest-files.sh "${guest_files[@]}" >/dev/null || rc=$?
-  IMAGE_ARCHES=arm64 scripts/vm/images.sh "$work/images" >/dev/null || rc=$?
+  scripts/helm.sh >/dev/null &
+  local helm=$!
+  read -ra names <<<"$(scripts/vm/test.sh --names)"
+  scripts/vm/guest-files.sh --stage "${names[@]}" >"$work/files" || rc=$?
   wait $guest || rc=$?
+  wait $helm || rc=$?
   return $rc
 }
 vet() { make --no-print-directory vet; }
 unit() { make --no-print-directory test-unit; }
 integration() { scripts/integration.sh; }
-guest() { scripts/vm/test.sh; }
+guest() {
+  local files
+  files=$(cat "$work/files" 2>/dev/null)
+  scripts/vm/test.sh ${files:+--files "$files"}
+}
 images() { make --no-print-directory images; }
 
+# background STEP: run STEP in the background, its output kept for later
+# (waited: shown then). The pid is in bg[STEP].
+declare -A bg
+background() {
+  run "$1" "$1" >"$work/$1.log" 2>&1 &
+  bg[$1]=$!
+}
+# waited STEP: wait for a background STEP and show its output.
+waited() {
+  [ -n "${bg[$1]:-}" ] || return 0
+  echo "==> test: waiting for $1 (at $((SECONDS - t0)) s)"
+  local rc=0
+  wait "${bg[$1]}" || rc=$?
+  sed "s/^/$1: /" "$work/$1.log"
+  bg[$1]=
+  return $rc
+}
+
 failed=0
-if has guest || has images; then
-  run builds builds >"$work/builds.log" 2>&1 &
-  builds_pid=$!
-fi
+! has guest || background builds
+! has images || background images
 for s in "${steps[@]}"; do
   case $s in
-    guest | images)
-      if [ -n "${builds_pid:-}" ]; then
-        echo "==> test: waiting for the builds (at $((SECONDS - t0)) s)"
-        wait "$builds_pid" || failed=1
-        builds_pid=
-        sed 's/^/builds: /' "$work/builds.log"
-      fi
-      ;;
+    guest) waited builds || failed=1 ;&
+    *) [ "$s" = images ] || run "$s" "$s" || failed=1 ;;
   esac
-  run "$s" "$s" || failed=1
 done
+waited images || failed=1
 exit $failed

@@ -5,8 +5,12 @@
 # one-node cluster's full scenario (alone: make test-node, scripts/vm/node.sh).
 # One boot and one build instead of two.
 #
-#   scripts/vm/test.sh [--timeout SECONDS] [-- PART...]
+#   scripts/vm/test.sh [--timeout SECONDS] [--files DIR] [-- PART...]
 #       PART: scripts/guest/test.sh's parts (default: all)
+#       --files DIR: what `guest-files.sh --stage $(scripts/vm/test.sh --names)`
+#                    printed (make test builds it beside its other steps);
+#                    removed afterwards
+#   scripts/vm/test.sh --names    the guest-files.sh names it needs
 #
 # Exit code: the guest's (run.sh: 124 timeout, 125 no exit code). Logs stay
 # in $LVM_AGENT_CACHE/run/test-results/ (the suite's results/, the cluster's
@@ -19,27 +23,36 @@ root=$(cd "$here/../.." && pwd)
 CACHE=${LVM_AGENT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lvm-agent}
 RUN=${LVM_AGENT_RUN:-$CACHE/run}
 . "$root/scripts/times.sh"
-timeout=4500
-[ "${1:-}" != --timeout ] || { timeout=$2; shift 2; }
-[ "${1:-}" != -- ] || shift
+names=(etcd kube-apiserver lvmd google-lvmd lvm-agent guest.test devmapper.test lvmmeta.test
+  kube-controller-manager kube-scheduler kubelet kubectl kube-proxy containerd containerd-shim-runc-v2 ctr images)
+timeout=4500 files=''
+while [ $# -gt 0 ]; do
+  case $1 in
+    --timeout) timeout=$2; shift 2 ;;
+    --files) files=$2; shift 2 ;;
+    --names) echo "${names[*]}"; exit 0 ;;
+    --) shift; break ;;
+    *) break ;;
+  esac
+done
 t0=$SECONDS
 log() { echo "guest: $*" >&2; }
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 log "host load at the start: $(load)"
 
-# The guest image (Debian's packages) beside the builds; run.sh then finds it cached.
-"$here/build-guest.sh" >/dev/null &
-guest=$!
-# A binary that does not build is left out, and the part needing it fails; the others still run.
-files=$("$here/guest-files.sh" --stage etcd kube-apiserver lvmd google-lvmd lvm-agent guest.test devmapper.test \
-  lvmmeta.test kube-controller-manager kube-scheduler kubelet kubectl kube-proxy containerd \
-  containerd-shim-runc-v2 ctr images) || log "some binaries did not build (see above); running the rest"
-[ -n "$files" ] || { log "FAIL: the guest's binaries could not be built"; exit 1; }
+if [ -z "$files" ]; then
+  # The guest image (Debian's packages) beside the builds; run.sh then finds it cached.
+  "$here/build-guest.sh" >/dev/null &
+  guest=$!
+  # A binary that does not build is left out, and the part needing it fails; the others still run.
+  files=$("$here/guest-files.sh" --stage "${names[@]}") || log "some binaries did not build (see above); running the rest"
+  [ -n "$files" ] || { log "FAIL: the guest's binaries could not be built"; exit 1; }
+  wait "$guest" || log "the guest image was not built; run.sh tries again"
+  times_add "build: the guest's files" $((SECONDS - t0))
+fi
 trap 'rm -rf "$files"' EXIT
-wait "$guest" || log "the guest image was not built; run.sh tries again"
 cp -a "$root/deploy" "$files/deploy"
 cp -a "$root/charts" "$files/charts"
-times_add "build: all of the guest's files" $((SECONDS - t0))
 log "built in $((SECONDS - t0)) s; booting the guest (host load: $(load))"
 
 share=$RUN/test-results
