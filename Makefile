@@ -90,7 +90,7 @@ bench-cluster:
 # The provisioner: PVC created -> Bound through the real scheduler, PV
 # controller, provisioner and agent; median of 20, fake lvmd at 0 ms and 1 s.
 bench-provision:
-	KUBEBUILDER_ASSETS=$$(scripts/kube-assets.sh kube-scheduler kube-controller-manager) go test -count=1 -run '^$$' -bench PVCBound -benchtime 20x ./integration/provisioning
+	KUBEBUILDER_ASSETS=$$(scripts/kube-assets.sh kube-scheduler kube-controller-manager) go test -count=1 -run '^$$' -bench 'PVCBound|PVCGrow' -benchtime 20x ./integration/provisioning
 
 # Faults: 500 volumes in overlapping waves under agent kills, lvmd outages
 # and API server restarts; SEED=N replays a run.
