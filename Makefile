@@ -101,9 +101,10 @@ bench-cluster:
 	KUBEBUILDER_ASSETS=$$(scripts/kube-assets.sh) go run ./integration/scale -nodes 1,30,100,300 -modes labelled,hybrid,hybrid-alone,all $(ARGS)
 
 # The provisioner: PVC created -> Bound through the real scheduler, PV
-# controller, provisioner and agent; median of 20, fake lvmd at 0 ms and 1 s.
+# controller, provisioner and agent; median of 20, fake lvmd at 0 ms and 1 s;
+# and a claim's request raised -> its new capacity (the resizer, the agent).
 bench-provision:
-	KUBEBUILDER_ASSETS=$$(scripts/kube-assets.sh kube-scheduler kube-controller-manager) go test -count=1 -run '^$$' -bench PVCBound -benchtime 20x ./integration/provisioning
+	KUBEBUILDER_ASSETS=$$(scripts/kube-assets.sh kube-scheduler kube-controller-manager) go test -count=1 -run '^$$' -bench 'PVCBound|PVCGrow' -benchtime 20x ./integration/provisioning
 
 # Faults: 500 volumes in overlapping waves under agent kills, lvmd outages
 # and API server restarts; SEED=N replays a run.

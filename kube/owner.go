@@ -92,8 +92,7 @@ func (n Node) hostname() string {
 
 // Classify says whether a PVC or PV is this node's, and whether it is an
 // open request of this node: a PVC "creating", a PV "deleting" or
-// "expanding". Any other
-// object is neither.
+// "expanding". Any other object is neither.
 func (n Node) Classify(obj any) (owned, open bool) {
 	switch o := obj.(type) {
 	case *corev1.PersistentVolumeClaim:
@@ -108,8 +107,8 @@ func (n Node) Classify(obj any) (owned, open bool) {
 
 // Route is the node an open request is for, by the rules the owners read
 // (OwnsPVC, OwnsPV), for whoever labels it: a PVC "creating" goes to its
-// selected-node; a PV "deleting" or "expanding" to the value of its node affinity (a single
-// term, expression and value), which is the node name for a CSI PV (its
+// selected-node; a PV "deleting" or "expanding" to the value of its node
+// affinity (a single term, expression and value), which is the node name for a CSI PV (its
 // driver's topology key) and the Node's kubernetes.io/hostname label for a
 // local PV (byHostname: the caller finds the Node that carries it). ok is
 // false for anything else: no one is asked to answer it.

@@ -2,6 +2,8 @@ package provisioning
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/lvm-agent/lvm-agent/integration/harness"
@@ -30,7 +33,7 @@ type growNode struct {
 	agent  *harness.Process
 }
 
-func startGrowNode(t *testing.T, name string) *growNode {
+func startGrowNode(t testing.TB, name string) *growNode {
 	t.Helper()
 	harness.ReadyNode(t, cluster.ControlPlane, name, "2", "4Gi")
 	t.Cleanup(func() { _ = cluster.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
@@ -40,13 +43,13 @@ func startGrowNode(t *testing.T, name string) *growNode {
 	return n
 }
 
-func (n *growNode) startAgent(t *testing.T) {
+func (n *growNode) startAgent(t testing.TB) {
 	n.agent = harness.StartAgent(t, agentBin, "--node-name", n.name, "--kubeconfig", cluster.Kubeconfig, "--lvmd-socket", n.socket,
 		"--metrics-address", "", "--v", "2")
 }
 
 // growClass is a StorageClass that allows expansion.
-func growClass(t *testing.T, name string) {
+func growClass(t testing.TB, name string) {
 	t.Helper()
 	mode, reclaim, yes := storagev1.VolumeBindingWaitForFirstConsumer, corev1.PersistentVolumeReclaimDelete, true
 	_, err := cluster.Client.StorageV1().StorageClasses().Create(context.Background(), &storagev1.StorageClass{
@@ -273,4 +276,83 @@ func TestExpandAgentRestartedMidGrow(t *testing.T) {
 	assert.Equal(t, "256Mi", pvCapacity(t, pv.Name))
 	assert.EqualValues(t, 256*mib, lvSize(t, n.node, pv.Name))
 	assert.EqualValues(t, 1, resizes.Load(), "the restarted agent found the LV grown")
+}
+
+// BenchmarkPVCGrow measures the project's own share of an online expansion:
+// from a user raising a claim's request to the claim showing the new
+// capacity, through the real kube-controller-manager, the provisioner's
+// resizer and the agent, with the fake lvmd answering at once. The claim is
+// a Block volume, which is done when the LV has grown (a Filesystem claim
+// would then wait for kubelet, which this host has not, and the resizer
+// starts no second grow before kubelet's). Each iteration grows it by
+// 4 MiB. It prints the median and its steps, each from the first watch
+// event that shows it:
+//
+//	handover   request raised -> the PV's grow request (kube-controller-manager, the resizer)
+//	agent      grow request -> the agent's answer (the agent, lvmd)
+//	status     the answer -> the claim's new capacity (the resizer: PV capacity, claim status)
+//
+//	make bench-provision   (go test -run '^$' -bench 'PVCBound|PVCGrow' -benchtime 20x ./integration/provisioning)
+func BenchmarkPVCGrow(b *testing.B) {
+	n := startGrowNode(b, "bench-grow")
+	class := "bench-grow"
+	growClass(b, class)
+	ns := newNamespace(b)
+	claimAndPod(b, ns, "data", class, "64Mi", corev1.PersistentVolumeBlock, map[string]string{corev1.LabelHostname: n.name})
+	_, pv := waitBound(b, ns, "data")
+	type step struct{ handover, agent, status, total time.Duration }
+	var steps []step
+	size := 64
+	for b.Loop() {
+		size += 4
+		pvw, err := cluster.Client.CoreV1().PersistentVolumes().Watch(context.Background(),
+			metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", pv.Name).String()})
+		require.NoError(b, err)
+		pvcw, err := cluster.Client.CoreV1().PersistentVolumeClaims(ns).Watch(context.Background(),
+			metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", "data").String()})
+		require.NoError(b, err)
+		want := fmt.Sprintf("%dMi", size)
+		start := time.Now()
+		patch := []byte(`{"spec":{"resources":{"requests":{"storage":"` + want + `"}}}}`)
+		_, err = cluster.Client.CoreV1().PersistentVolumeClaims(ns).Patch(context.Background(), "data", "application/merge-patch+json", patch, metav1.PatchOptions{})
+		require.NoError(b, err)
+		var asked, answered, pending time.Time
+		deadline := time.After(timeout)
+		for pending.IsZero() {
+			select {
+			case ev := <-pvw.ResultChan():
+				if o, ok := ev.Object.(*corev1.PersistentVolume); ok {
+					switch o.Annotations[kube.AnnLifecycle] {
+					case kube.StateExpanding:
+						if asked.IsZero() {
+							asked = time.Now()
+						}
+					case kube.StateExpanded:
+						if !asked.IsZero() && answered.IsZero() {
+							answered = time.Now()
+						}
+					}
+				}
+			case ev := <-pvcw.ResultChan():
+				if o, ok := ev.Object.(*corev1.PersistentVolumeClaim); ok && qty(o.Status.Capacity) == want {
+					pending = time.Now()
+				}
+			case <-deadline:
+				b.Fatalf("claim not at %s in %v", want, timeout)
+			}
+		}
+		pvw.Stop()
+		pvcw.Stop()
+		if asked.IsZero() || answered.IsZero() {
+			b.Fatalf("the PV watch missed the grow request or its answer (asked %v, answered %v)", asked, answered)
+		}
+		steps = append(steps, step{asked.Sub(start), answered.Sub(asked), pending.Sub(answered), pending.Sub(start)})
+	}
+	slices.SortFunc(steps, func(x, y step) int { return int(x.total - y.total) })
+	m := steps[len(steps)/2]
+	b.ReportMetric(m.total.Seconds(), "median-s")
+	b.ReportMetric(0, "ns/op")
+	fmt.Printf("PVC request raised -> new capacity (Block), fake lvmd at once: median %v of %d (handover %v, agent %v, status %v; min %v, max %v)\n",
+		m.total.Round(time.Millisecond), len(steps), m.handover.Round(time.Millisecond), m.agent.Round(time.Millisecond),
+		m.status.Round(time.Millisecond), steps[0].total.Round(time.Millisecond), steps[len(steps)-1].total.Round(time.Millisecond))
 }
