@@ -153,7 +153,10 @@ func lvsNamed(t *testing.T, n *node, name string) []string {
 func labeller(t *testing.T, lease kube.LeaseRef) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { kube.NewLabeller(cp.Client, prometheus.NewRegistry()).WithLease(lease, "test-"+sanitize(t.Name())).Run(ctx, 2); close(done) }()
+	go func() {
+		kube.NewLabeller(cp.Client, prometheus.NewRegistry()).WithLease(lease, "test-"+sanitize(t.Name())).Run(ctx, 2)
+		close(done)
+	}()
 	var once sync.Once
 	stop = func() { once.Do(func() { cancel(); <-done }) }
 	t.Cleanup(stop)

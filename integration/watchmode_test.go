@@ -161,5 +161,7 @@ func heldLease(t *testing.T, ns, name string) {
 		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("a-labeller-that-labels-nothing"), LeaseDurationSeconds: ptr.To(int32(3600)), RenewTime: &now},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = cp.Client.CoordinationV1().Leases(ns).Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = cp.Client.CoordinationV1().Leases(ns).Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
 }

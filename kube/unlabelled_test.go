@@ -60,8 +60,16 @@ type lockedTarget struct {
 
 func (l *lockedTarget) Swept(obj runtime.Object)     { l.mu.Lock(); l.r.Swept(obj); l.mu.Unlock() }
 func (l *lockedTarget) SweptGone(obj runtime.Object) { l.mu.Lock(); l.r.SweptGone(obj); l.mu.Unlock() }
-func (l *lockedTarget) swept() []string              { l.mu.Lock(); defer l.mu.Unlock(); return append([]string(nil), l.r.swept...) }
-func (l *lockedTarget) gone() []string               { l.mu.Lock(); defer l.mu.Unlock(); return append([]string(nil), l.r.gone...) }
+func (l *lockedTarget) swept() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.r.swept...)
+}
+func (l *lockedTarget) gone() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.r.gone...)
+}
 
 // The agent watches the unlabelled objects exactly while no labeller holds
 // its Lease, and the watch hands over this node's objects only.
