@@ -72,8 +72,6 @@ waited() {
     { log "$what"; return; }
   failed "$what"
 }
-# listening PORT: something accepts connections on 127.0.0.1:PORT (bash alone).
-listening() { bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
 
 network() {
   # The node's address; the API server advertises it as the kubernetes Service's endpoint.
@@ -274,7 +272,8 @@ up() {
   images &
   local imports=$!
   node_up
-  until_ok "the API server listens" listening 6443
+  # (until_ok runs a command through timeout: a program, never a shell function.)
+  until_ok "the API server listens" bash -c 'exec 3<>/dev/tcp/127.0.0.1/6443'
   until_ok "the API server is ready" kubectl get --raw /readyz
   controllers_up
   waited "node $NODE is Ready" "node/$NODE" condition=Ready
