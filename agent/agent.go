@@ -7,6 +7,7 @@ package agent
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"time"
 
@@ -248,7 +249,11 @@ func (a *Agent) sync(k Key) syncResult {
 	case *corev1.PersistentVolumeClaim:
 		t, op, err = a.createStep(o)
 	case *corev1.PersistentVolume:
-		t, op, err = a.deleteStep(o)
+		if o.Annotations[kube.AnnLifecycle] == kube.StateExpanding {
+			t, op, err = a.growStep(o)
+		} else {
+			t, op, err = a.deleteStep(o)
+		}
 	}
 	if err != nil {
 		return a.answer(r, fail(kube.ReasonInvalidSpec, err), time.Now())
@@ -302,10 +307,7 @@ func (a *Agent) answer(r req, out outcome, start time.Time) syncResult {
 	m, _ := meta.Accessor(obj)
 	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.OpTimeout)
 	defer cancel()
-	kind := "create"
-	if k.Kind == KindPV {
-		kind = "delete"
-	}
+	kind := opKind(obj)
 	if out.state == "" {
 		a.metrics.observe(kind, "retry", start)
 		klog.ErrorS(out.err, "Volume operation failed; will retry", "request", k)
@@ -327,6 +329,9 @@ func (a *Agent) answer(r req, out outcome, start time.Time) syncResult {
 		change[kube.AnnReason], change[kube.AnnError] = &out.reason, ptr(kube.OneLine(out.err))
 	case out.device != "":
 		change[kube.AnnDevice] = &out.device
+		change.Remove(kube.AnnError, kube.AnnReason)
+	case out.state == kube.StateExpanded:
+		change[kube.AnnSize] = ptr(strconv.FormatInt(out.size, 10))
 		change.Remove(kube.AnnError, kube.AnnReason)
 	default:
 		change.Remove(kube.AnnError, kube.AnnReason)
@@ -356,6 +361,9 @@ func (a *Agent) answer(r req, out outcome, start time.Time) syncResult {
 	if out.state == kube.StateFailed {
 		klog.ErrorS(out.err, "Volume request failed", "request", k, "reason", out.reason)
 		a.recorder.Event(obj, corev1.EventTypeWarning, "Volume"+out.reason, kube.OneLine(out.err))
+	} else if out.state == kube.StateExpanded {
+		klog.InfoS("Volume request done", "request", k, "state", out.state, "sizeBytes", out.size, "duration", time.Since(start), "write", wrote)
+		a.recorder.Eventf(obj, corev1.EventTypeNormal, "VolumeExpanded", "volume expanded to %d bytes by lvm-agent on node %s", out.size, a.cfg.Node.Name)
 	} else {
 		klog.InfoS("Volume request done", "request", k, "state", out.state, "duration", time.Since(start), "write", wrote)
 		a.recorder.Eventf(obj, corev1.EventTypeNormal, "Volume"+titleCase(out.state), "volume %s by lvm-agent on node %s", out.state, a.cfg.Node.Name)
@@ -413,6 +421,20 @@ func (a *Agent) misdirected(k Key, obj runtime.Object) {
 }
 
 func ptr(s string) *string { return &s }
+
+// opKind names a request's operation for the metrics: create (a PVC),
+// grow (a PV "expanding") or delete (any other PV).
+func opKind(obj runtime.Object) string {
+	switch o := obj.(type) {
+	case *corev1.PersistentVolumeClaim:
+		return "create"
+	case *corev1.PersistentVolume:
+		if o.Annotations[kube.AnnLifecycle] == kube.StateExpanding {
+			return "grow"
+		}
+	}
+	return "delete"
+}
 
 func titleCase(s string) string {
 	if s == "" {

@@ -75,6 +75,12 @@ func run(t *testing.T, a *Agent) {
 func start(t *testing.T, cfg Config) *env {
 	t.Helper()
 	f, backend := serveLVMD(t, thickAndThin...)
+	return startOn(t, cfg, f, backend)
+}
+
+// startOn runs an agent against a fake clientset and the given backend.
+func startOn(t *testing.T, cfg Config, f fakeLVMD, backend lvmbackend.Backend) *env {
+	t.Helper()
 	e := &env{client: fake.NewClientset(), fakeLVMD: f}
 	cfg.Node = kube.Node{Name: node, Drivers: []string{kube.DefaultDriver}, Provisioners: []string{kube.DefaultProvisioner}}
 	cfg.BackoffBase, cfg.BackoffMax = 10*time.Millisecond, 100*time.Millisecond

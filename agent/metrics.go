@@ -30,7 +30,7 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		ops: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lvm_agent_operations_total",
-			Help: "Volume operations by kind (create, delete) and result (created, deleted, failed, retry)."}, []string{"kind", "result"}),
+			Help: "Volume operations by kind (create, delete, grow) and result (created, deleted, expanded, failed, retry)."}, []string{"kind", "result"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "lvm_agent_operation_duration_seconds",
 			Help: "Time of one volume operation attempt, lvmd calls included.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}, []string{"kind", "result"}),
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lvm_agent_api_writes_total",

@@ -47,6 +47,7 @@ type outcome struct {
 	reason string
 	err    error
 	device string // with created: the LV's device path, when known
+	size   int64  // with expanded: the LV's size in bytes
 }
 
 func final(state string) outcome { return outcome{state: state} }

@@ -211,6 +211,22 @@ func TestAdmission(t *testing.T) {
 			_, err = kcm.CoreV1().PersistentVolumeClaims("default").UpdateStatus(ctx, p, metav1.UpdateOptions{})
 			return err
 		}, ""},
+		{"a user asks to grow a PV", func() error {
+			return pvPatch(alice, "adm-pv", kube.Set(map[string]string{kube.AnnLifecycle: kube.StateExpanding, kube.AnnSpec: `{"volumeGroup":"vg1","name":"x","size":8192}`}))
+		}, deniedProtocol + "only the lvm-agent provisioner (" + provisionerUser + ") or members of group " + adminGroup +
+			" may ask for volumes: alice may not write volume.lifecycle=expanding, volume.spec"},
+		{"the provisioner asks to grow a PV", func() error {
+			return pvPatch(provisioner, "adm-pv", kube.Set(map[string]string{kube.AnnLifecycle: kube.StateExpanding, kube.AnnSpec: `{"volumeGroup":"vg1","name":"x","size":8192}`}))
+		}, ""},
+		{"a user answers a grow", func() error {
+			return pvPatch(alice, "adm-pv", kube.Set(map[string]string{kube.AnnLifecycle: kube.StateExpanded, kube.AnnSize: "8192"}))
+		}, deniedProtocol + "only the lvm-agent agent (" + agentUser + ") answers volume requests: alice may not write volume.lifecycle=expanded, volume.size"},
+		{"the agent answers a grow", func() error {
+			return pvPatch(agentOnA, "adm-pv", kube.Set(map[string]string{kube.AnnLifecycle: kube.StateExpanded, kube.AnnSize: "8192"}))
+		}, ""},
+		{"a user removes the grow's size", func() error { return pvPatch(alice, "adm-pv", kube.Change{}.Remove(kube.AnnSize)) },
+			deniedProtocol + "only the lvm-agent agent, the provisioner or members of group " + adminGroup +
+				" may remove an answer: alice may not remove volume.size"},
 		{"a user asks to delete a PV", func() error {
 			return pvPatch(alice, "adm-pv", kube.Set(map[string]string{kube.AnnLifecycle: kube.StateDeleting, kube.AnnSpec: "vg1/x"}))
 		}, deniedProtocol + "only the lvm-agent provisioner (" + provisionerUser + ") or members of group " + adminGroup +

@@ -166,6 +166,7 @@ func TestProvisionerRBAC(t *testing.T) {
 		}
 		for _, ra := range []authorizationv1.ResourceAttributes{
 			{Verb: "patch", Resource: "persistentvolumeclaims", Namespace: "default", Name: "any"},
+			{Verb: "patch", Resource: "persistentvolumeclaims", Subresource: "status", Namespace: "default", Name: "any"},
 			{Verb: "create", Resource: "persistentvolumes"},
 			{Verb: "update", Resource: "leases", Group: "coordination.k8s.io", Namespace: "lvm-agent", Name: kube.DefaultProvisioner},
 			{Verb: "create", Resource: "csistoragecapacities", Group: "storage.k8s.io", Namespace: "lvm-agent"},

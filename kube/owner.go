@@ -91,8 +91,8 @@ func (n Node) hostname() string {
 }
 
 // Classify says whether a PVC or PV is this node's, and whether it is an
-// open request of this node: a PVC "creating", a PV "deleting". Any other
-// object is neither.
+// open request of this node: a PVC "creating", a PV "deleting" or
+// "expanding". Any other object is neither.
 func (n Node) Classify(obj any) (owned, open bool) {
 	switch o := obj.(type) {
 	case *corev1.PersistentVolumeClaim:
@@ -100,15 +100,15 @@ func (n Node) Classify(obj any) (owned, open bool) {
 		return owned, owned && o.Annotations[AnnLifecycle] == StateCreating
 	case *corev1.PersistentVolume:
 		owned = n.OwnsPV(o)
-		return owned, owned && o.Annotations[AnnLifecycle] == StateDeleting
+		return owned, owned && PVRequest(o.Annotations[AnnLifecycle])
 	}
 	return false, false
 }
 
 // Route is the node an open request is for, by the rules the owners read
 // (OwnsPVC, OwnsPV), for whoever labels it: a PVC "creating" goes to its
-// selected-node; a PV "deleting" to the value of its node affinity (a single
-// term, expression and value), which is the node name for a CSI PV (its
+// selected-node; a PV "deleting" or "expanding" to the value of its node
+// affinity (a single term, expression and value), which is the node name for a CSI PV (its
 // driver's topology key) and the Node's kubernetes.io/hostname label for a
 // local PV (byHostname: the caller finds the Node that carries it). ok is
 // false for anything else: no one is asked to answer it.
@@ -118,7 +118,7 @@ func Route(obj any) (node string, byHostname, ok bool) {
 		node = o.Annotations[AnnSelectedNode]
 		return node, false, node != "" && o.Annotations[AnnLifecycle] == StateCreating
 	case *corev1.PersistentVolume:
-		if o.Annotations[AnnLifecycle] != StateDeleting {
+		if !PVRequest(o.Annotations[AnnLifecycle]) {
 			return "", false, false
 		}
 		key, value, ok := affinityNode(o)
@@ -137,17 +137,17 @@ func Route(obj any) (node string, byHostname, ok bool) {
 // does not own: the label and the owner disagree, and the agent only warns.
 // (In labelled or hybrid mode such a request may be seen by no other agent.)
 func (n Node) Misdirected(obj any) bool {
-	var labels, ann map[string]string
-	var pending string
+	var labels map[string]string
+	var open bool
 	switch o := obj.(type) {
 	case *corev1.PersistentVolumeClaim:
-		labels, ann, pending = o.Labels, o.Annotations, StateCreating
+		labels, open = o.Labels, o.Annotations[AnnLifecycle] == StateCreating
 	case *corev1.PersistentVolume:
-		labels, ann, pending = o.Labels, o.Annotations, StateDeleting
+		labels, open = o.Labels, PVRequest(o.Annotations[AnnLifecycle])
 	default:
 		return false
 	}
-	if ann[AnnLifecycle] != pending || !n.labelled(labels) {
+	if !open || !n.labelled(labels) {
 		return false
 	}
 	owned, _ := n.Classify(obj)

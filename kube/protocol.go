@@ -21,7 +21,10 @@ const (
 	AnnReason    = Prefix + "volume.reason"
 	// AnnDevice is written by the agent with "created": the LV's device
 	// path on the node, so that a provisioner never derives it.
-	AnnDevice       = Prefix + "volume.device"
+	AnnDevice = Prefix + "volume.device"
+	// AnnSize is written by the agent with "expanded": the LV's size in
+	// bytes after the grow, as LVM rounded it (whole extents).
+	AnnSize         = Prefix + "volume.size"
 	LabelNode       = Prefix + "volume.node"
 	AnnSelectedNode = "volume.kubernetes.io/selected-node"
 )
@@ -33,6 +36,10 @@ const (
 	StateDeleting = "deleting"
 	StateDeleted  = "deleted"
 	StateFailed   = "failed"
+	// StateExpanding asks, on a PV, for its LV to grow to the spec's size;
+	// the agent answers StateExpanded (with AnnSize) or StateFailed.
+	StateExpanding = "expanding"
+	StateExpanded  = "expanded"
 )
 
 // Reasons written with StateFailed.
@@ -54,7 +61,15 @@ const (
 	ReasonNotPlainVolume = "NotPlainVolume"
 	// ReasonClaimTerminating: a create for a PVC that is being deleted.
 	ReasonClaimTerminating = "ClaimTerminating"
+	// ReasonVolumeNotFound: a grow of an LV that does not exist.
+	ReasonVolumeNotFound = "VolumeNotFound"
+	// ReasonResizeNotSupported: a grow on a node whose lvmd cannot resize
+	// (google/lvmd has no resize call).
+	ReasonResizeNotSupported = "ResizeNotSupported"
 )
+
+// PVRequest reports whether state is an open request on a PV: a delete or a grow.
+func PVRequest(state string) bool { return state == StateDeleting || state == StateExpanding }
 
 // RetainedTag is the LVM tag the provisioner puts on the LVs of StorageClasses
 // with reclaimPolicy Retain: the orphan collector never removes such an LV.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,6 +29,8 @@ var (
 	ErrVolumeMismatch       = errors.New(ReasonVolumeMismatch)
 	ErrNotPlainVolume       = errors.New(ReasonNotPlainVolume)
 	ErrClaimTerminating     = errors.New(ReasonClaimTerminating)
+	ErrVolumeNotFound       = errors.New(ReasonVolumeNotFound)
+	ErrResizeNotSupported   = errors.New(ReasonResizeNotSupported)
 	// ErrGone: the object was deleted while waiting.
 	ErrGone = errors.New("object deleted while waiting for the agent")
 )
@@ -53,6 +56,8 @@ var reasonErrors = map[string]error{
 	ReasonNotPlainVolume:       ErrNotPlainVolume,
 	ReasonClaimTerminating:     ErrClaimTerminating,
 	ReasonInvalidSpec:          ErrInvalidSpec,
+	ReasonVolumeNotFound:       ErrVolumeNotFound,
+	ReasonResizeNotSupported:   ErrResizeNotSupported,
 }
 
 // Is matches the sentinel of the reason.
@@ -114,9 +119,35 @@ func request(state, spec string) Change {
 // DeleteVolumeWithAnnotations asks the agent that owns a PV to remove its LV
 // vg/lv: it writes "deleting" and the spec, then watches until the answer.
 func DeleteVolumeWithAnnotations(ctx context.Context, c kubernetes.Interface, pvName, vg, lv string, onState StateFunc) error {
+	_, err := askPV(ctx, c, pvName, request(StateDeleting, vg+"/"+lv), StateDeleting, onState)
+	return err
+}
+
+// ExpandVolumeWithAnnotations asks the agent that owns a PV to grow its LV
+// to spec.Size: it writes "expanding" and the JSON spec (and removes the
+// volume.size of an earlier answer), then watches until the answer, and
+// returns the LV's size as the agent read it after the grow.
+func ExpandVolumeWithAnnotations(ctx context.Context, c kubernetes.Interface, pvName string, spec CreateSpec, onState StateFunc) (int64, error) {
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		return 0, err
+	}
+	pv, err := askPV(ctx, c, pvName, request(StateExpanding, string(raw)).Remove(AnnSize), StateExpanding, onState)
+	if err != nil {
+		return 0, err
+	}
+	size, err := strconv.ParseInt(pv.Annotations[AnnSize], 10, 64)
+	if err != nil || size <= 0 {
+		return 0, fmt.Errorf("PV %s: expanded, but %s is %q, not a size in bytes", pvName, AnnSize, pv.Annotations[AnnSize])
+	}
+	return size, nil
+}
+
+// askPV writes a request on a PV and waits for the agent's answer.
+func askPV(ctx context.Context, c kubernetes.Interface, pvName string, req Change, pending string, onState StateFunc) (*corev1.PersistentVolume, error) {
 	pv, err := c.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// A PV labelled at creation keeps its label: a local PV's affinity names
 	// the Node's hostname label, which may differ from the node name the
@@ -127,16 +158,19 @@ func DeleteVolumeWithAnnotations(ctx context.Context, c kubernetes.Interface, pv
 			labels = Set(map[string]string{LabelNode: NodeLabelValue(node)})
 		}
 	}
-	pv, err = UpdatePvWithAnnotations(ctx, c, pvName, "", request(StateDeleting, vg+"/"+lv), labels)
+	pv, err = UpdatePvWithAnnotations(ctx, c, pvName, "", req, labels)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	lw := &cache.ListWatch{WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", pvName).String()
 		return c.CoreV1().PersistentVolumes().Watch(ctx, o)
 	}}
-	_, err = waitForAnswer(ctx, lw, pv, "PV "+pvName, StateDeleting, onState)
-	return err
+	answered, err := waitForAnswer(ctx, lw, pv, "PV "+pvName, pending, onState)
+	if err != nil {
+		return nil, err
+	}
+	return answered.(*corev1.PersistentVolume), nil
 }
 
 // waitForAnswer watches from the version the request was written at (no
@@ -156,8 +190,8 @@ func waitForAnswer(ctx context.Context, lw cache.Watcher, written runtime.Object
 			return false, fmt.Errorf("%s: %w", what, ErrGone)
 		}
 		o, err := metaOf(ev.Object)
-		if err != nil {
-			return false, nil
+		if err != nil || o.GetName() != m.GetName() {
+			return false, nil // (the field selector already keeps other objects out)
 		}
 		ann := o.GetAnnotations()
 		state := ann[AnnLifecycle]
@@ -174,7 +208,7 @@ func waitForAnswer(ctx context.Context, lw cache.Watcher, written runtime.Object
 		switch state {
 		case StateFailed:
 			return true, &FailedError{Object: what, Reason: ann[AnnReason], Message: ann[AnnError]}
-		case StateCreated, StateDeleted:
+		case StateCreated, StateDeleted, StateExpanded:
 			return true, nil
 		}
 		return true, fmt.Errorf("%s: lifecycle changed to %q by someone else", what, state)

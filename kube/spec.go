@@ -150,6 +150,22 @@ func ParsePVSpec(s string) (vg, lv string, err error) {
 	return vg, lv, nil
 }
 
+// ParseGrowSpec reads a PV's grow request: the JSON spec (as on a PVC),
+// whose size is the size asked for, rounded up to lvmd's unit. The
+// original "<vg>/<lv>" form has no size and is refused. A grow reads
+// volumeGroup, name and size; tags and striping are what the LV was
+// created with and are not changed.
+func ParseGrowSpec(s string) (CreateSpec, error) {
+	t, err := specText(s)
+	if err != nil {
+		return CreateSpec{}, err
+	}
+	if !strings.HasPrefix(t, "{") {
+		return CreateSpec{}, invalid("a grow needs the JSON spec with the new size, not %q", t)
+	}
+	return ParseCreateSpec(t)
+}
+
 // specText refuses a spec annotation that is too large or blank, and
 // returns it without surrounding space.
 func specText(s string) (string, error) {

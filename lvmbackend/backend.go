@@ -34,6 +34,9 @@ var (
 	// ErrExists: lvcreate refused the name because an LV of that name is in
 	// the volume group (perhaps one another device class of it lists).
 	ErrExists = errors.New("logical volume exists")
+	// ErrUnsupported: this lvmd dialect cannot do the operation at all
+	// (google/lvmd has no resize); retrying never helps.
+	ErrUnsupported = errors.New("not supported by this lvmd")
 )
 
 // Volume is one logical volume as lvmd reports it.
@@ -112,6 +115,12 @@ type Backend interface {
 	CreateVolume(ctx context.Context, req CreateRequest) (*Volume, error)
 	// RemoveVolume removes a volume; a missing volume wraps ErrNotFound.
 	RemoveVolume(ctx context.Context, deviceClass, name string) error
+	// ResizeVolume grows a volume to at least sizeBytes (a positive multiple
+	// of SizeUnit) and returns its size after LVM's rounding. A volume
+	// already that large is left as it is (lvmd never shrinks); a missing
+	// one wraps ErrNotFound, too little space ErrInsufficientCapacity, and
+	// a dialect without resize ErrUnsupported.
+	ResizeVolume(ctx context.Context, deviceClass, name string, sizeBytes int64) (int64, error)
 	// Capacity reports every device class the daemon serves.
 	Capacity(ctx context.Context) ([]Capacity, error)
 	// WatchCapacity calls fn with the capacity of every device class at once

@@ -144,6 +144,37 @@ func TestContract(t *testing.T) {
 			}
 			assert.Equal(t, 60*mib, int(capacityOf(t, d.b, "vg1").FreeBytes))
 		}},
+		{"resize grows to whole extents, never shrinks, and refuses what does not fit", func(t *testing.T, d *daemon) {
+			create(t, d.b, "vg1", "pvc-a", 8*mib)
+			size, err := d.b.ResizeVolume(ctx, "vg1", "pvc-a", 20*mib+4096)
+			if d.family == "google" {
+				// google/lvmd has no resize call at all.
+				assert.ErrorIs(t, err, lvmbackend.ErrUnsupported)
+				got, err := d.b.GetVolume(ctx, "vg1", "pvc-a")
+				require.NoError(t, err)
+				assert.EqualValues(t, 8*mib, got.SizeBytes)
+				return
+			}
+			require.NoError(t, err)
+			assert.EqualValues(t, 24*mib, size)
+			size, err = d.b.ResizeVolume(ctx, "vg1", "pvc-a", 4*mib)
+			require.NoError(t, err)
+			assert.EqualValues(t, 24*mib, size, "a smaller size leaves the LV as it is")
+			_, err = d.b.ResizeVolume(ctx, "vg1", "pvc-a", 128*mib)
+			assert.ErrorIs(t, err, lvmbackend.ErrInsufficientCapacity)
+			_, err = d.b.ResizeVolume(ctx, "vg1", "nope", 128*mib)
+			assert.ErrorIs(t, err, lvmbackend.ErrNotFound)
+			_, err = d.b.ResizeVolume(ctx, "vg1", "pvc-a", 4097)
+			assert.ErrorIs(t, err, lvmbackend.ErrInvalidArgument)
+			got, err := d.b.GetVolume(ctx, "vg1", "pvc-a")
+			require.NoError(t, err)
+			assert.EqualValues(t, 24*mib, got.SizeBytes)
+			assert.Equal(t, 40*mib, int(capacityOf(t, d.b, "vg1").FreeBytes))
+			create(t, d.b, "thin", "thin-a", 8*mib)
+			size, err = d.b.ResizeVolume(ctx, "thin", "thin-a", 100*mib)
+			require.NoError(t, err, "a thin LV may grow past its pool, within the overprovision ratio")
+			assert.EqualValues(t, 100*mib, size)
+		}},
 		{"get of a missing volume is not found", func(t *testing.T, d *daemon) {
 			_, err := d.b.GetVolume(ctx, "vg1", "nope")
 			assert.ErrorIs(t, err, lvmbackend.ErrNotFound)

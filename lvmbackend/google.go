@@ -202,6 +202,14 @@ func (g *GoogleLVMD) RemoveVolume(ctx context.Context, deviceClass, name string)
 	return nil
 }
 
+// ResizeVolume always fails: google/lvmd has no call that resizes an LV
+// (its service is ListLV, CreateLV, RemoveLV, CloneLV, the tag calls and
+// the VG calls), and the agent runs no lvm command of its own.
+func (g *GoogleLVMD) ResizeVolume(_ context.Context, deviceClass, name string, _ int64) (int64, error) {
+	return 0, &Error{Op: "resize " + deviceClass + "/" + name, Kind: ErrUnsupported,
+		Cause: errors.New("google/lvmd has no resize call: a volume served by google/lvmd cannot grow (use topolvm's lvmd)")}
+}
+
 // Capacity reports every volume group the daemon sees (vgs), by name.
 func (g *GoogleLVMD) Capacity(ctx context.Context) ([]Capacity, error) {
 	vgs, err := g.volumeGroups(ctx)

@@ -96,6 +96,23 @@ func (t *Topolvm) RemoveVolume(ctx context.Context, deviceClass, name string) er
 	return nil
 }
 
+// ResizeVolume grows a volume with lvmd's ResizeLV (thick and thin alike),
+// which answers with the size LVM made it (whole extents).
+func (t *Topolvm) ResizeVolume(ctx context.Context, deviceClass, name string, sizeBytes int64) (int64, error) {
+	op := "resize " + deviceClass + "/" + name
+	if err := checkSize(sizeBytes); err != nil {
+		return 0, &Error{Op: op, Kind: ErrInvalidArgument, Cause: err}
+	}
+	resp, err := t.lv.ResizeLV(ctx, &proto.ResizeLVRequest{Name: name, DeviceClass: deviceClass, SizeBytes: sizeBytes})
+	if err != nil {
+		// lvmd answers NotFound for an unknown device class and for a
+		// missing LV alike; the agent reads the LV before it resizes, so
+		// here it means the LV went away meanwhile.
+		return 0, topolvmError(op, err, ErrNotFound)
+	}
+	return resp.GetSizeBytes(), nil
+}
+
 // Capacity takes the first message of lvmd's Watch stream, which carries
 // every device class.
 func (t *Topolvm) Capacity(ctx context.Context) ([]Capacity, error) {

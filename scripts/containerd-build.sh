@@ -15,6 +15,7 @@ OUT=$CACHE/containerd/containerd-$CONTAINERD_VERSION
 export CGO_ENABLED=0 GOFLAGS=-mod=mod
 
 log() { echo "containerd-build: $*" >&2; }
+. "$(dirname "${BASH_SOURCE[0]}")/times.sh"
 
 # NAME...: github.com/containerd/containerd/v2/cmd/NAME for each NAME not
 # cached, in one go build (one load of the package graph, parallel links).
@@ -36,6 +37,7 @@ build() {
   for n in "${names[@]}"; do mv "$tmp/$n" "$OUT/$n"; done
   rmdir "$tmp"
   log "${names[*]} built in $((SECONDS - t0)) s"
+  times_add "build: ${names[*]}" $((SECONDS - t0))
 }
 
 mkdir -p "$OUT"

@@ -33,6 +33,7 @@ deps=$(printf '%s\n' "${align[@]}" | sha256sum | cut -c1-8)
 OUT=$CACHE/kube-assets/etcd-$ETCD_VERSION-kube-$KUBE_VERSION-deps-$deps
 
 log() { echo "kube-assets: $*" >&2; }
+. "$here/times.sh"
 
 # build_kube NAME...: k8s.io/kubernetes/cmd/NAME (etcd: go.etcd.io/etcd/server/v3)
 # for each NAME not cached, from one wrapper module whose staging modules
@@ -75,6 +76,7 @@ build_kube() {
   for n in "${names[@]}"; do mv "$tmp/$([ "$n" = etcd ] && echo server || echo "$n")" "$OUT/$n"; done
   rmdir "$tmp"
   log "${names[*]} built in $((SECONDS - t0)) s"
+  times_add "build: ${names[*]}" $((SECONDS - t0))
 }
 
 mkdir -p "$OUT"

@@ -25,6 +25,7 @@ deps=$(printf '%s\n' "${align[@]}" | sha256sum | cut -c1-8)
 OUT=$CACHE/lvmd/topolvm-$TOPOLVM_VERSION-deps-$deps-google-$GOOGLE_LVMD_VERSION
 
 log() { echo "lvmd-build: $*" >&2; }
+. "$here/times.sh"
 
 build_topolvm() {
   [ -x "$OUT/lvmd" ] && return
@@ -48,6 +49,7 @@ GO
   go build -trimpath -ldflags "-s -w" -o "$OUT/lvmd.tmp" .
   mv "$OUT/lvmd.tmp" "$OUT/lvmd"
   log "lvmd built in $((SECONDS - t0)) s"
+  times_add "build: topolvm lvmd" $((SECONDS - t0))
 }
 
 build_google() {
@@ -61,6 +63,7 @@ build_google() {
   go build -trimpath -ldflags "-s -w" -o "$OUT/google-lvmd.tmp" github.com/google/lvmd
   mv "$OUT/google-lvmd.tmp" "$OUT/google-lvmd"
   log "google-lvmd built in $((SECONDS - t0)) s"
+  times_add "build: google/lvmd" $((SECONDS - t0))
 }
 
 # NAME... (lvmd, google-lvmd; default both): build only these. Concurrent

@@ -30,13 +30,14 @@ type provisionerOptions struct {
 	leaseDuration, renewDeadline time.Duration
 	capacityAnnotation           string
 	publishCapacity, label       bool
+	resize                       bool
 	healthAddress                string
 }
 
 func provisionerMain(args []string) int {
 	fs := flag.NewFlagSet("lvm-agent provisioner", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: lvm-agent provisioner [flags]\n\nTurns PVCs of StorageClasses whose provisioner is --name into LVs (through the agent on the\nnode the scheduler picked) and local PVs; removes the LV of a released PV of reclaim policy Delete.\n\nFlags:\n")
+		fmt.Fprintf(fs.Output(), "Usage: lvm-agent provisioner [flags]\n\nTurns PVCs of StorageClasses whose provisioner is --name into LVs (through the agent on the\nnode the scheduler picked) and local PVs; grows the LV when its claim asks for more; removes the LV of a released PV of reclaim policy Delete.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	o := provisionerOptions{}
@@ -54,6 +55,7 @@ func provisionerMain(args []string) int {
 	fs.StringVar(&o.healthAddress, "health-address", ":8081", "serve /healthz, for the liveness and readiness probes, on this address from start, also while standing by (empty: off)")
 	fs.BoolVar(&o.publishCapacity, "publish-capacity", true, "keep one CSIStorageCapacity per node and StorageClass from the Node capacity annotation (the CSIDriver object must say storageCapacity: true for the scheduler to use them; with false, also set it false)")
 	fs.BoolVar(&o.label, "label-requests", true, "give the requests of provisioners that do not label (PVCs creating, PVs deleting, without "+kube.LabelNode+") the label of their node, while leading, so that hybrid-mode agents see them through their labelled watch")
+	fs.BoolVar(&o.resize, "resize", true, "grow the local PVs it made when their claim asks for more (StorageClasses with allowVolumeExpansion), while leading, through the node's agent; kubelet then grows the filesystem online")
 	fs.StringVar(&o.capacityAnnotation, "node-capacity-annotation", kube.DefaultCapacityAnnotation, "Node annotation the agents publish their capacity in")
 	var logs logFlags
 	logs.addFlags(fs)
@@ -104,9 +106,12 @@ func runProvisioner(o provisionerOptions) error {
 		controller.CreateProvisionedPVLimiter(workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, time.Minute)),
 		controller.MetricsPort(int32(o.metricsPort)))
 	run := func(ctx context.Context) {
-		klog.InfoS("Starting lvm-agent provisioner", "name", o.name, "publishCapacity", o.publishCapacity)
+		klog.InfoS("Starting lvm-agent provisioner", "name", o.name, "publishCapacity", o.publishCapacity, "resize", o.resize)
 		if o.publishCapacity {
 			go provisioner.NewCapacity(client, o.name, o.namespace, o.capacityAnnotation).Run(ctx)
+		}
+		if o.resize {
+			go provisioner.RunResizer(ctx, client, provisioner.NewResizer(client, provisioner.Config{Name: o.name, Timeout: o.timeout}), o.workers)
 		}
 		if o.label {
 			// The library serves the default registry at --metrics-port.

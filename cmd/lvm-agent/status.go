@@ -255,7 +255,7 @@ func (s statusCheck) openRow(r *statusRow, m metav1.Object) {
 	switch a := m.GetAnnotations(); r.State {
 	case kube.StateFailed:
 		r.Check, r.Detail = checkFailed, a[kube.AnnReason]+": "+a[kube.AnnError]
-	case kube.StateCreating, kube.StateDeleting:
+	case kube.StateCreating, kube.StateDeleting, kube.StateExpanding:
 		r.Check = checkPending
 		if bad, why := s.stuck(r.State, m); bad {
 			r.Check, r.Detail = checkStuck, why
@@ -307,7 +307,7 @@ func (s statusCheck) pvRow(p *corev1.PersistentVolume, seen map[string]bool) (st
 	if vg, lv, err := kube.ParsePVSpec(p.Annotations[kube.AnnSpec]); err == nil {
 		s.setLV(&r, agent.DeviceClass(s.classes, vg)+"/"+lv, seen)
 	}
-	if st == kube.StateFailed || st == kube.StateDeleting {
+	if st == kube.StateFailed || kube.PVRequest(st) {
 		s.openRow(&r, p)
 	}
 	return r, true

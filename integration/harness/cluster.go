@@ -12,7 +12,8 @@ import (
 )
 
 // Cluster is a control plane with the real kube-scheduler and
-// kube-controller-manager (its PV binder and the protection controllers):
+// kube-controller-manager (its PV binder, the expander that hands a growing
+// local PV's claim to an external resizer, and the protection controllers):
 // Pods are scheduled, claims are bound, and deleted objects lose their
 // protection finalizers, as in a cluster. There is no kubelet: a scheduled
 // Pod stays Pending on its node.
@@ -43,7 +44,7 @@ func StartCluster(t TB, startTimeout time.Duration) *Cluster {
 		"--secure-port", "0", "--leader-elect=false", "--v", "2")
 	c.ControllerManager = StartAgent(t, bin("kube-controller-manager"), "--kubeconfig", cp.Kubeconfig,
 		"--secure-port", "0", "--leader-elect=false", "--use-service-account-credentials=false",
-		"--controllers", "persistentvolume-binder-controller,persistentvolume-protection-controller,persistentvolumeclaim-protection-controller",
+		"--controllers", "persistentvolume-binder-controller,persistentvolume-expander-controller,persistentvolume-protection-controller,persistentvolumeclaim-protection-controller",
 		"--v", "2")
 	return c
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/lvm-agent/lvm-agent/integration/harness"
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/lvmbackend/lvmdfake"
 	"github.com/lvm-agent/lvm-agent/provisioner"
 )
 
@@ -130,17 +131,20 @@ func lvNames(t testing.TB, n *node) []string {
 	return out
 }
 
-func lvTags(t testing.TB, n *node, name string) []string {
+func lvTags(t testing.TB, n *node, name string) []string { return lvOf(t, n, name).Tags }
+
+// lvOf is the LV name of vg1 on n.
+func lvOf(t testing.TB, n *node, name string) lvmdfake.LV {
 	t.Helper()
 	lvs, err := n.lvm.List("vg1")
 	require.NoError(t, err)
 	for _, lv := range lvs {
 		if lv.Name == name {
-			return lv.Tags
+			return lv
 		}
 	}
 	t.Fatalf("no LV %s on %s", name, n.name)
-	return nil
+	return lvmdfake.LV{}
 }
 
 func pvGone(t testing.TB, name string) {

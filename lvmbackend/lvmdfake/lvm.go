@@ -115,7 +115,7 @@ func (m *LVM) optionClass(name string) bool { m.mu.Lock(); defer m.mu.Unlock(); 
 func (m *LVM) SetLatency(d time.Duration) { m.mu.Lock(); m.latency = d; m.mu.Unlock() }
 
 // SetHook installs fn, called at the start of every operation (op is
-// "create", "remove" or "list"); a non-nil error is returned to the client
+// "create", "remove", "resize" or "list"); a non-nil error is returned to the client
 // as the daemon's internal error.
 func (m *LVM) SetHook(fn func(op, class, name string) error) { m.mu.Lock(); m.hook = fn; m.mu.Unlock() }
 
@@ -230,6 +230,34 @@ func (m *LVM) Remove(className, name string) error {
 	}
 	m.notify()
 	return nil
+}
+
+// Resize grows an LV as lvmd's ResizeLV does: a size at most the LV's is
+// no change (lvmd never shrinks and answers with the current size), more
+// than the class's free space can add is errNoSpace, and otherwise the LV
+// grows to the size rounded up to whole extents. Thick and thin LVs alike:
+// a thin class's free space is its overprovisioned pool's.
+func (m *LVM) Resize(className, name string, size uint64) (LV, error) {
+	c, latency, err := m.begin("resize", className, name)
+	if err != nil {
+		return LV{}, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	lv, found := c.lvs[name]
+	if !found {
+		return LV{}, fmt.Errorf("%w: logical volume %s is not found", errNotFound, name)
+	}
+	if size <= lv.SizeBytes {
+		return *lv, nil
+	}
+	time.Sleep(latency)
+	if free := c.free(); free < size-lv.SizeBytes {
+		return LV{}, fmt.Errorf("%w: free=%d, requested=%d", errNoSpace, free, size-lv.SizeBytes)
+	}
+	lv.SizeBytes = (size + ExtentSize - 1) / ExtentSize * ExtentSize
+	m.notify()
+	return *lv, nil
 }
 
 // Write records that n bytes of LV name have been written (at most its

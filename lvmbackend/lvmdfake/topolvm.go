@@ -15,7 +15,8 @@ import (
 
 // Topolvm serves the model with topolvm lvmd's services and error codes:
 // unknown device class → NotFound, not enough space → ResourceExhausted,
-// existing name or any lvm failure → Internal, missing LV on remove → NotFound.
+// existing name or any lvm failure → Internal, missing LV on remove or
+// resize → NotFound.
 type Topolvm struct {
 	*LVM
 	mu   sync.Mutex
@@ -86,6 +87,20 @@ func (s lvService) RemoveLV(_ context.Context, req *proto.RemoveLVRequest) (*pro
 		return nil, topolvmStatus(err)
 	}
 	return &proto.Empty{}, nil
+}
+
+// ResizeLV grows an LV like lvmd: NotFound for an unknown class or LV,
+// ResourceExhausted when the class cannot hold the growth, the LV's size
+// (unchanged) when it is already at least the asked size.
+func (s lvService) ResizeLV(_ context.Context, req *proto.ResizeLVRequest) (*proto.ResizeLVResponse, error) {
+	if req.GetSizeBytes() < 0 {
+		return nil, status.Error(codes.Internal, "invalid size")
+	}
+	lv, err := s.m.Resize(req.GetDeviceClass(), req.GetName(), uint64(req.GetSizeBytes()))
+	if err != nil {
+		return nil, topolvmStatus(err)
+	}
+	return &proto.ResizeLVResponse{SizeBytes: int64(lv.SizeBytes)}, nil
 }
 
 func (s vgService) GetLVList(_ context.Context, req *proto.GetLVListRequest) (*proto.GetLVListResponse, error) {

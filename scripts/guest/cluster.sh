@@ -43,7 +43,10 @@ daemon() {
 }
 
 # until_ok WHAT COMMAND...: COMMAND succeeds within $WAIT s (each try at most
-# 30 s), or the last lines of every log.
+# 30 s), or the last lines of every log. Each try of a kubectl costs about a
+# second of the guest's CPU under TCG, which the starting control plane
+# needs: a cheap probe (a port) goes first, and a wait that kubectl can do
+# as one watch is one `kubectl wait` (waited below).
 until_ok() {
   local what=$1 deadline=$((SECONDS + WAIT))
   shift
@@ -51,9 +54,23 @@ until_ok() {
     timeout 30 "$@" >/dev/null 2>&1 && { log "$what"; return; }
     sleep 0.5
   done
-  log "FAILED: not $what within $WAIT s"
+  failed "$what"
+}
+failed() {
+  log "FAILED: not $1 within $WAIT s"
   for f in "$LOGS"/*.log; do echo "--- $f" >&2; tail -n 15 "$f" >&2; done
   return 1
+}
+# waited WHAT KIND/NAME CONDITION [KUBECTL-ARGS...]: KIND/NAME exists, then
+# has CONDITION ('': existing is enough), within $WAIT s; each a kubectl wait
+# (a watch), not a poll.
+waited() {
+  local what=$1 obj=$2 cond=$3 deadline=$((SECONDS + WAIT))
+  shift 3
+  kubectl wait "$@" --for=create "$obj" --timeout="${WAIT}s" >/dev/null 2>&1 &&
+    { [ -z "$cond" ] || kubectl wait "$@" "--for=$cond" "$obj" --timeout="$((deadline - SECONDS))s" >/dev/null 2>&1; } &&
+    { log "$what"; return; }
+  failed "$what"
 }
 
 network() {
@@ -255,13 +272,15 @@ up() {
   images &
   local imports=$!
   node_up
+  # (until_ok runs a command through timeout: a program, never a shell function.)
+  until_ok "the API server listens" bash -c 'exec 3<>/dev/tcp/127.0.0.1/6443'
   until_ok "the API server is ready" kubectl get --raw /readyz
   controllers_up
-  until_ok "node $NODE is Ready" kubectl wait --for=condition=Ready "node/$NODE" --timeout=5s
+  waited "node $NODE is Ready" "node/$NODE" condition=Ready
   # Pods reach the API server through the kubernetes Service (kube-proxy's
   # rules) and get a service account (the controller-manager's).
   until_ok "kube-proxy serves the kubernetes Service" nft list table ip kube-proxy
-  until_ok "namespace default has its service account" kubectl -n default get serviceaccount default
+  waited "namespace default has its service account" serviceaccount/default '' -n default
   wait "$imports" || { log "FAILED: the images were not imported (see $LOGS/images.log)"; return 1; }
 }
 

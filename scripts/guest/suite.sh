@@ -62,6 +62,7 @@ run() {
   (cd "$(mktemp -d)" && "$bin/$name" -test.v "$@") 2>&1 | tee "$LVM_AGENT_RESULTS/$name.log"
   local r=${PIPESTATUS[0]}
   log "$name exited $r after $((SECONDS - t0)) s"
+  [ -z "${LVM_AGENT_GUEST_TIMES:-}" ] || printf 'suite: %s\t%d\n' "$name" $((SECONDS - t0)) >>"$LVM_AGENT_GUEST_TIMES"
   [ "$r" -eq 0 ] || rc=1
 }
 

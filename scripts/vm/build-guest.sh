@@ -32,6 +32,7 @@ MODULES=(crc32c_generic virtio_pci 9pnet_virtio 9p loop dm_mod dm_bufio
 LIBDIR=usr/lib/x86_64-linux-gnu
 
 log() { echo "build-guest: $*" >&2; }
+. "$(dirname "${BASH_SOURCE[0]}")/../times.sh"
 
 apt_update() {
   log "apt-get update"
@@ -97,6 +98,7 @@ fi
 
 # Download only the .debs not already in the shared download directory, so a
 # change of this script does not fetch the kernel again.
+t0=$SECONDS
 debs=$CACHE/guest/debs
 mkdir -p "$debs"
 todo=$(while read -r f; do [ -f "$debs/$f" ] || echo "${f%%_*}"; done <<<"$files")
@@ -263,6 +265,7 @@ rm -rf "$OUT" && mv "$work/out" "$OUT"
 find "$CACHE/guest" -mindepth 1 -maxdepth 1 -regextype egrep \
   -regex '.*/([0-9a-f]{16}|resolved-[0-9a-f]{16})' ! -name "$key" ! -name "${resolved##*/}" \
   -mtime +0 -exec rm -rf {} +
+times_add "build: guest image (downloads included)" $((SECONDS - t0))
 log "vmlinux:        $OUT/vmlinux"
 log "initramfs.cpio: $OUT/initramfs.cpio ($(du -h "$OUT/initramfs.cpio" | cut -f1))"
 echo "$OUT"

@@ -35,6 +35,7 @@ CACHE=${LVM_AGENT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lvm-agent}
 OUT=${LVM_AGENT_BIN_DIR:-$CACHE/bin}
 RUN=${LVM_AGENT_RUN:-$CACHE/run}
 log() { echo "guest-files: $*" >&2; }
+. "$root/scripts/times.sh"
 
 mkdir -p "$OUT"
 stage=
@@ -67,6 +68,7 @@ build() { # NAME GO-ARGS... PACKAGE
     mv "$OUT/.$name.tmp" "$OUT/$name"
     rm -f "$OUT/.$name.log"
     log "$name ($((SECONDS - t0)) s)"
+    times_add "build: $name" $((SECONDS - t0))
   else
     rm -f "$OUT/$name" "$OUT/.$name.tmp"
     log "$name does not build:"

@@ -22,6 +22,7 @@ root=$(cd "$here/../.." && pwd)
 CACHE=${LVM_AGENT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lvm-agent}
 OUT=${1:-${LVM_AGENT_BIN:-$CACHE/bin}/images}
 log() { echo "images: $*" >&2; }
+. "$root/scripts/times.sh"
 export CGO_ENABLED=0
 mkdir -p "$OUT"
 work=$(mktemp -d)
@@ -30,7 +31,11 @@ trap 'rm -rf "$work"' EXIT
 gobuild() { (cd "$root" && go build -trimpath -ldflags "-s -w $("$root/scripts/version.sh")" "$@"); }
 gobuild -o "$work/images" ./scripts/images
 gobuild -o "$work/pause" ./scripts/images/pause
-for arch in ${IMAGE_ARCHES:-amd64 arm64}; do GOARCH=$arch gobuild -o "$work/lvm-agent-$arch" ./cmd/lvm-agent; done
+for arch in ${IMAGE_ARCHES:-amd64 arm64}; do
+  t0=$SECONDS
+  GOARCH=$arch gobuild -o "$work/lvm-agent-$arch" ./cmd/lvm-agent
+  times_add "build: lvm-agent ($arch)" $((SECONDS - t0))
+done
 lvmd=$("$root/scripts/lvmd-build.sh" lvmd)
 
 # busybox-static from Debian's archive, once.

@@ -1,0 +1,72 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/lvmbackend"
+)
+
+// growStep is the step of a PV "expanding": its validated target and the grow.
+func (a *Agent) growStep(pv *corev1.PersistentVolume) (target, func(context.Context) outcome, error) {
+	spec, err := kube.ParseGrowSpec(pv.Annotations[kube.AnnSpec])
+	t := target{a.deviceClass(spec.VolumeGroup), spec.Name}
+	return t, func(ctx context.Context) outcome { return a.grow(ctx, pv, spec, t) }, err
+}
+
+// grow extends the LV of a PV's claim to at least spec.Size. Only the LV
+// that the PV's claim owns (its ownership tag names the claimRef's UID) is
+// touched; a grow never shrinks: an LV already at least that large is the
+// answer as it is, with no lvmd call, which also makes a retry after a
+// crash (the LV grown, the answer not written) answer at once. The size
+// answered is the one LVM made, rounded up to whole extents.
+func (a *Agent) grow(ctx context.Context, pv *corev1.PersistentVolume, spec kube.CreateSpec, t target) outcome {
+	st := newSteps()
+	defer st.log("Grow steps", "lv", t)
+	ref := pv.Spec.ClaimRef
+	if ref == nil || ref.UID == "" {
+		return fail(kube.ReasonInvalidSpec, fmt.Errorf("PV %s is bound to no claim (no claimRef with a UID): only a claim's own LV is grown", pv.Name))
+	}
+	lv, err := a.backend.GetVolume(ctx, t.deviceClass, t.name)
+	st.done("read")
+	switch {
+	case errors.Is(err, lvmbackend.ErrNotFound):
+		return fail(kube.ReasonVolumeNotFound, fmt.Errorf("LV %s does not exist on node %s: nothing to grow", t, a.cfg.Node.Name))
+	case errors.Is(err, lvmbackend.ErrUnknownDeviceClass):
+		return fail(kube.ReasonUnknownVolumeGroup, fmt.Errorf("volume group %q (device class %q) is not served by lvmd on this node: %w", spec.VolumeGroup, t.deviceClass, err))
+	case err != nil:
+		return retry(err)
+	}
+	tag := OwnerTag(ref.UID)
+	if !lv.HasTag(tag) {
+		return fail(kube.ReasonNameConflict, fmt.Errorf("LV %s was not created by lvm-agent for claim %s/%s (no tag %s); it is left untouched", t, ref.Namespace, ref.Name, tag))
+	}
+	if lv.SizeBytes >= spec.Size {
+		return expanded(lv.SizeBytes)
+	}
+	size, err := a.backend.ResizeVolume(ctx, t.deviceClass, t.name, spec.Size)
+	st.done("lvmdResize")
+	switch {
+	case err == nil:
+	case errors.Is(err, lvmbackend.ErrInsufficientCapacity):
+		return fail(kube.ReasonInsufficientCapacity, fmt.Errorf("LV %s (%d bytes) cannot grow to %d bytes: %w; it is left as it was", t, lv.SizeBytes, spec.Size, err))
+	case errors.Is(err, lvmbackend.ErrUnsupported):
+		return fail(kube.ReasonResizeNotSupported, fmt.Errorf("LV %s cannot grow on node %s: %w", t, a.cfg.Node.Name, err))
+	case errors.Is(err, lvmbackend.ErrNotFound):
+		return fail(kube.ReasonVolumeNotFound, fmt.Errorf("LV %s went away during the grow: %w", t, err))
+	case errors.Is(err, lvmbackend.ErrInvalidArgument):
+		return fail(kube.ReasonInvalidSpec, err)
+	default:
+		return retry(err)
+	}
+	if size < spec.Size {
+		return retry(fmt.Errorf("lvmd reports LV %s at %d bytes after a grow to %d; asking again", t, size, spec.Size))
+	}
+	return expanded(size)
+}
+
+func expanded(size int64) outcome { return outcome{state: kube.StateExpanded, size: size} }

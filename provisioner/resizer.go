@@ -1,0 +1,107 @@
+package provisioner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	resizecontroller "github.com/kubernetes-csi/external-resizer/v2/pkg/controller"
+	"github.com/kubernetes-csi/external-resizer/v2/pkg/resizer"
+
+	"github.com/lvm-agent/lvm-agent/kube"
+)
+
+// Resizer grows the local PVs this provisioner made: external-resizer's
+// controller (the one csi-resizer runs) drives it, and Resize asks the PV's
+// agent to extend the LV (kube.ExpandVolumeWithAnnotations). The controller
+// does what Kubernetes defines around it: the claim's
+// status.allocatedResources and allocatedResourceStatuses
+// (ControllerResizeInProgress, then NodeResizePending for a Filesystem
+// volume, whose filesystem kubelet's local plugin grows online; for Block
+// the claim's status capacity at once), the PV's capacity, recovery when
+// the user lowers the request of an infeasible expansion, and the events
+// Resizing, FileSystemResizeRequired, VolumeResizeFailed.
+// kube-controller-manager's expand controller leaves a local PV to such an
+// external resizer ("waiting for an external controller to expand this
+// PVC"), without annotating the claim, so the controller's own CanSupport
+// check is what picks our PVs.
+type Resizer struct {
+	client kubernetes.Interface
+	cfg    Config
+}
+
+var _ resizer.Resizer = (*Resizer)(nil)
+
+// NewResizer makes a Resizer for the local PVs provisioned under cfg.Name.
+func NewResizer(client kubernetes.Interface, cfg Config) *Resizer {
+	return &Resizer{client: client, cfg: New(client, cfg).cfg}
+}
+
+// Name is the provisioner's name (the controller's event source and queue).
+func (r *Resizer) Name() string { return r.cfg.Name }
+
+// DriverSupportsControlPlaneExpansion: the LV grows on the controller side
+// (through the node's agent); kubelet only grows the filesystem.
+func (r *Resizer) DriverSupportsControlPlaneExpansion() bool { return true }
+
+// CanSupport: a local PV this provisioner made. Other PVs (an original
+// agent's CSI PVs, other provisioners' local PVs) are never asked to grow.
+func (r *Resizer) CanSupport(pv *corev1.PersistentVolume, _ *corev1.PersistentVolumeClaim) bool {
+	return pv.Spec.Local != nil && pv.Annotations[kube.AnnProvisionedBy] == r.cfg.Name
+}
+
+// Resize asks the PV's agent to grow the LV to at least size and returns
+// the LV's size as the agent read it (whole extents), and whether kubelet
+// must grow a filesystem on it. Errors are gRPC statuses because that is
+// how the controller tells them apart: OutOfRange (the node cannot hold the
+// size) and InvalidArgument (any other "failed" answer: the same size would
+// fail again) end the expansion ControllerResizeInfeasible, which the user
+// recovers from by asking for less; Unavailable (no answer in time) is
+// retried with backoff, the grow being idempotent.
+func (r *Resizer) Resize(pv *corev1.PersistentVolume, size resource.Quantity) (resource.Quantity, bool, error) {
+	vg, lv, err := kube.ParsePVSpec(pv.Annotations[kube.AnnSpec])
+	if err != nil {
+		return resource.Quantity{}, false, status.Error(codes.InvalidArgument, fmt.Sprintf("PV %s: %v", pv.Name, err))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Timeout)
+	defer cancel()
+	got, err := kube.ExpandVolumeWithAnnotations(ctx, r.client, pv.Name, kube.CreateSpec{VolumeGroup: vg, Name: lv, Size: size.Value()}, nil)
+	var failed *kube.FailedError
+	switch {
+	case errors.Is(err, kube.ErrInsufficientCapacity):
+		return resource.Quantity{}, false, status.Error(codes.OutOfRange, err.Error())
+	case errors.As(err, &failed):
+		return resource.Quantity{}, false, status.Error(codes.InvalidArgument, err.Error())
+	case err != nil:
+		return resource.Quantity{}, false, status.Error(codes.Unavailable, err.Error())
+	}
+	klog.V(2).InfoS("Volume grown", "pv", pv.Name, "asked", size.Value(), "size", got)
+	fs := pv.Spec.VolumeMode == nil || *pv.Spec.VolumeMode == corev1.PersistentVolumeFilesystem
+	return *resource.NewQuantity(got, resource.BinarySI), fs, nil
+}
+
+// RunResizer runs external-resizer's controller over r until ctx ends, with
+// its own PV and PVC informers (started here), workers claims at a time.
+func RunResizer(ctx context.Context, client kubernetes.Interface, r *Resizer, workers int) {
+	// The informers resync every 10 minutes: the controller re-checks a
+	// claim whose resize is still pending (as csi-resizer's default does).
+	factory := informers.NewSharedInformerFactory(client, 10*time.Minute)
+	rc := resizecontroller.NewResizeController(r.Name(), r, client, 10*time.Minute, factory,
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Second, 5*time.Minute),
+		false /* no offline-only volumes: the LV grows under a running Pod */, 5*time.Minute)
+	factory.Start(ctx.Done())
+	var wg sync.WaitGroup
+	rc.Run(max(workers, 1), ctx, &wg)
+	wg.Wait()
+}

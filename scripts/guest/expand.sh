@@ -1,0 +1,64 @@
+# Sourced by node.sh (demo and full modes), after its Block step, with its
+# helpers (step, show, pod, pvc, within) and the Block PVC "raw" (64 Mi) in
+# place: volumes grow while their Pod runs (issue 26). It leaves nothing of
+# its own behind but "raw" (grown), which node.sh deletes next.
+# shellcheck shell=bash
+
+step "A volume grows under its running Pod: ext4, 64 MiB -> 256 MiB" \
+  "The Pod keeps appending to a log while its PVC's request is raised. kube-controller-manager hands the claim" \
+  "to lvm-agent's provisioner, whose resizer has the node's agent extend the LV (lvmd's ResizeLV); kubelet then" \
+  "grows ext4 online. df in the same Pod shows the new size, and a file written before reads the same."
+pvc grow 64Mi
+# shellcheck disable=SC2016 # the Pod's shell expands them
+pod grower 'head -c 4194304 /dev/urandom >/data/seed && md5sum /data/seed >/data/seed.md5 && sync; (i=0; while :; do echo $i >>/data/log; i=$((i+1)); sleep 0.2; done) & true' grow
+show kubectl wait --for=condition=Ready pod/grower --timeout=600s
+within 60 "/data/seed.md5 in pod/grower" kubectl exec grower -- test -s /data/seed.md5
+grower_uid=$(kubectl get pod grower -o jsonpath='{.metadata.uid}')
+seed=$(kubectl exec grower -- md5sum /data/seed)
+show kubectl exec grower -- df -h /data
+show kubectl patch pvc grow -p '{"spec":{"resources":{"requests":{"storage":"256Mi"}}}}'
+grow_pv=$(kubectl get pvc grow -o jsonpath='{.spec.volumeName}')
+lv_bytes() { lvm lvs --noheadings --units b --nosuffix -o lv_size "vg1/$1" | tr -d ' '; }
+fs_grown() { [ "$(kubectl get pvc grow -o jsonpath='{.status.capacity.storage}')" = 256Mi ]; }
+# kubelet grows the filesystem at its next sync of the Pod (about a minute).
+within 300 "256Mi in pvc/grow's status (kubelet's filesystem grow)" fs_grown
+show kubectl get pvc grow
+show kubectl get events --field-selector involvedObject.name=grow --sort-by=.lastTimestamp
+show lvm lvs -o lv_name,lv_size vg1
+[ "$(lv_bytes "$grow_pv")" = $((256 << 20)) ]
+show kubectl exec grower -- df -h /data
+# ext4 on 256 MiB has ~240 MiB for files; on 64 MiB, under 64.
+[ "$(kubectl exec grower -- df -k /data | awk 'NR == 2 { print $2 }')" -gt $((200 << 10)) ]
+echo "    The same Pod (no restart), the file written before the grow unchanged, the log still growing:"
+[ "$(kubectl get pod grower -o jsonpath='{.metadata.uid} {.status.containerStatuses[0].restartCount}')" = "$grower_uid 0" ]
+show kubectl exec grower -- md5sum /data/seed
+[ "$(kubectl exec grower -- md5sum /data/seed)" = "$seed" ]
+lines=$(kubectl exec grower -- wc -l /data/log | awk '{ print $1 }')
+sleep 1
+[ "$(kubectl exec grower -- wc -l /data/log | awk '{ print $1 }')" -gt "$lines" ]
+
+step "A Block PVC grows: the Pod's device shows the new size at once" \
+  "No filesystem: the claim is done when the LV has grown; blockdev in the running Pod reads the device's size."
+show kubectl exec raw -- blockdev --getsize64 /dev/xvda
+show kubectl patch pvc raw -p '{"spec":{"resources":{"requests":{"storage":"128Mi"}}}}'
+raw_grown() { [ "$(kubectl exec raw -- blockdev --getsize64 /dev/xvda)" = $((128 << 20)) ]; }
+within 120 "134217728 bytes on pod/raw's /dev/xvda" raw_grown
+show kubectl exec raw -- blockdev --getsize64 /dev/xvda
+within 60 "128Mi in pvc/raw's status" eval '[ "$(kubectl get pvc raw -o jsonpath="{.status.capacity.storage}")" = 128Mi ]'
+show kubectl get pvc raw
+
+step "A request bigger than the VG (8 GiB): a Warning, the LV as it was" \
+  "The agent answers InsufficientCapacity; the claim says ControllerResizeInfeasible and can be lowered again."
+show kubectl patch pvc raw -p '{"spec":{"resources":{"requests":{"storage":"8Gi"}}}}'
+raw_pv=$(kubectl get pvc raw -o jsonpath='{.spec.volumeName}')
+infeasible() { [ "$(kubectl get pvc raw -o jsonpath='{.status.allocatedResourceStatuses.storage}')" = ControllerResizeInfeasible ]; }
+within 120 "ControllerResizeInfeasible on pvc/raw" infeasible
+show kubectl get events --field-selector involvedObject.name=raw,reason=VolumeResizeFailed
+[ -n "$(kubectl get events --field-selector involvedObject.name=raw,reason=VolumeResizeFailed,type=Warning -o name)" ]
+show kubectl get pv "$raw_pv" -o jsonpath='{.metadata.annotations.pv\.csi\.alibabacloud\.com/volume\.reason}: {.metadata.annotations.pv\.csi\.alibabacloud\.com/volume\.error}{"\n"}'
+[ "$(lv_bytes "$raw_pv")" = $((128 << 20)) ]
+[ "$(kubectl exec raw -- blockdev --getsize64 /dev/xvda)" = $((128 << 20)) ]
+
+show kubectl delete pod grower --wait
+show kubectl delete pvc grow --wait
+show kubectl wait --for=delete "pv/$grow_pv" --timeout=600s

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# make test's guest step, inside ONE guest (scripts/vm/test.sh boots it): the
+# in-guest suite (suite.sh), then the one-node cluster's full scenario
+# (node.sh --mode full), on the same kernel and LVM, one after the other.
+#
+#   test.sh [--bin DIR] [PART...]   (default: every part, in order)
+#
+# PARTS below lists them, each a function of this script: a new part of make
+# test's guest run is one more function and its name in PARTS. Each part's
+# wall time goes to $LVM_AGENT_GUEST_TIMES (/share/times.tsv when /share is
+# mounted; make test's table shows it), and node.sh adds its steps' times.
+# Every part runs even when one before it failed; the exit code is 0 only
+# when every part passed.
+set -uo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+bin=/opt/lvm-agent
+[ "${1:-}" != --bin ] || { bin=$2; shift 2; }
+PARTS=(suite lvm_reset node)
+[ $# -eq 0 ] || PARTS=("$@")
+if [ -z "${LVM_AGENT_GUEST_TIMES:-}" ] && grep -q ' /share ' /proc/mounts; then
+  export LVM_AGENT_GUEST_TIMES=/share/times.tsv
+fi
+log() { echo "test: $*"; }
+# cpu: the guest's busy jiffies and all jiffies so far: how busy its vCPUs
+# were during a part (idle vCPUs are host cores left to the host).
+cpu() { awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t; exit }' /proc/stat; }
+ncpu=$(nproc)
+
+# suite: devmapper.test, lvmmeta.test and guest.test (scripts/guest/suite.sh)
+# against vg0 (topolvm's lvmd) and vg1 (google/lvmd).
+suite() { bash "$here/suite.sh" --bin "$bin"; }
+
+# lvm_reset: the suite's VGs and loop devices go, so the node scenario starts
+# on a machine without them (it makes its own vg1, as deploy/ expects).
+lvm_reset() {
+  bash "$here/start-lvmd.sh" stop
+  local vg
+  for vg in $(lvm vgs --noheadings -o vg_name); do lvm vgremove -ff "$vg" || return; done
+  losetup -D
+  rm -rf /var/lib/lvm-agent
+  [ -z "$(lvm vgs --noheadings -o vg_name)" ] && [ -z "$(dmsetup ls | grep -v '^No devices found')" ]
+}
+
+# node: the one-node cluster and issue 13's whole scenario (make test-node).
+node() { bash "$here/node.sh" --bin "$bin" --mode full; }
+
+rc=0
+for p in "${PARTS[@]}"; do
+  t0=$SECONDS
+  read -r b0 a0 < <(cpu)
+  log "== $p"
+  r=0
+  "$p" || r=$?
+  read -r b1 a1 < <(cpu)
+  busy="vCPUs $(((b1 - b0) * 100 * ncpu / (a1 - a0 > 0 ? a1 - a0 : 1)))% busy"
+  log "== $p exited $r after $((SECONDS - t0)) s ($busy)"
+  [ -z "${LVM_AGENT_GUEST_TIMES:-}" ] || printf '%s (%s)%s\t%s\n' "$p" "$busy" "$([ $r -eq 0 ] || echo ", FAILED")" $((SECONDS - t0)) >>"$LVM_AGENT_GUEST_TIMES"
+  [ $r -eq 0 ] || rc=1
+done
+log "result: $([ $rc -eq 0 ] && echo PASS || echo FAIL)"
+exit $rc

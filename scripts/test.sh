@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# `make test`: every step of the README's test command, each timed, and at
+# the end (also when a step failed, or on Ctrl-C) a table of every step's
+# wall time, the host's CPU use during it, and the builds and parts inside it
+# (the rows the scripts report through scripts/times.sh).
+#
+#   scripts/test.sh [STEP...]   (default: all of them, in this order)
+#
+#   vet          go vet (and -tags guest where the tag changes files), gofmt
+#   unit         go test of every package but integration/; each fuzz
+#                target's seed corpus (testdata/fuzz and its f.Add seeds)
+#                replays here: that is what make test fuzzes (make fuzz
+#                fuzzes each target for FUZZTIME)
+#   integration  every package of integration/ (a real etcd +
+#                kube-apiserver...), side by side (scripts/integration.sh)
+#   guest        ONE guest boot: the in-guest suite (real LVM, lvmd,
+#                google/lvmd), then the one-node cluster's full scenario
+#                (scripts/vm/test.sh, scripts/guest/test.sh)
+#   images       the images for both arches (make images)
+#
+# The builds the guest step needs (Kubernetes, containerd, lvmd, Helm, the
+# guest's binaries and image: the row "builds") and the images step start at
+# once in the background: on a cold machine the builds are most of the time,
+# and they fill the cores that vet's and the tests' waits leave idle; warm,
+# they are links. The guest step waits for the builds; the guest gets the
+# host's cores to itself. Every step runs even when one before it failed; the
+# exit code is 0 only when every step passed.
+set -uo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+. scripts/times.sh
+all=(vet unit integration guest images)
+steps=("$@")
+[ ${#steps[@]} -gt 0 ] || steps=("${all[@]}")
+for s in "${steps[@]}"; do
+  case " ${all[*]} " in *" $s "*) ;; *) echo "test: unknown step $s (steps: ${all[*]})" >&2; exit 2 ;; esac
+done
+has() { case " ${steps[*]} " in *" $1 "*) return 0 ;; esac; return 1; }
+
+work=$(mktemp -d)
+export LVM_AGENT_TIMES=$work/times # scripts/times.sh: "STEP<TAB>LABEL<TAB>SECONDS"
+: >"$LVM_AGENT_TIMES"
+: >"$work/rows" # "STEP START WALL CPU RESULT", in the order the steps ended
+: >"$work/started" # "STEP START"
+t0=$SECONDS
+ncpu=$(nproc)
+# cpu: the host's busy jiffies and all jiffies so far (/proc/stat).
+cpu() { awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t; exit }' /proc/stat; }
+
+# run STEP COMMAND...: COMMAND with LVM_AGENT_STEP=STEP, timed; its row goes
+# to $work/rows (a file: run also runs in the background).
+run() {
+  local step=$1 start=$SECONDS rc=0 b0 a0 b1 a1
+  shift
+  read -r b0 a0 < <(cpu)
+  echo "$step $((start - t0))" >>"$work/started"
+  printf '\n==> test: %s (at %d s; host load %s)\n' "$step" $((start - t0)) "$(cut -d' ' -f1-3 /proc/loadavg)"
+  LVM_AGENT_STEP=$step "$@" || rc=$?
+  read -r b1 a1 < <(cpu)
+  echo "$step $((start - t0)) $((SECONDS - start)) $(((b1 - b0) * 100 * ncpu / (a1 - a0 > 0 ? a1 - a0 : 1))) $([ $rc -eq 0 ] && echo ok || echo "FAIL($rc)")" >>"$work/rows"
+  printf '==> test: %s %s in %d s\n' "$step" "$([ $rc -eq 0 ] && echo passed || echo "FAILED (exit $rc)")" $((SECONDS - start))
+  return $rc
+}
+
+table() {
+  local step start wall cpu_pct result
+  echo
+  echo "make test: step times (wall seconds; start: since make test began; cpu: the host's CPU busy during the step, $ncpu cores = $((ncpu * 100))%)"
+  printf '%-58s %6s %6s %5s  %s\n' step start wall cpu result
+  # A step still running (make test interrupted) is a row without an end.
+  awk 'NR == FNR { done[$1] = 1; next } !($1 in done) { print $1, $2, "-", "-", "unfinished" }' "$work/rows" "$work/started" >>"$work/rows"
+  sort -k2,2n "$work/rows" | while read -r step start wall cpu_pct result; do
+    printf '%-58s %6s %6s %4s%%  %s\n' "$step" "$start" "$wall" "$cpu_pct" "$result"
+    awk -F'\t' -v s="$step" '$1 == s { printf "  %-56.56s %6s %6d\n", $2, "", $3 }' "$LVM_AGENT_TIMES"
+  done
+  printf '%-58s %6s %6d  %s\n' total '' $((SECONDS - t0)) "$([ "${failed:-1}" = 0 ] && echo PASS || echo FAIL)"
+}
+trap 'table; rm -rf "$work"' EXIT
+trap 'failed=130; exit 130' INT TERM
+
+# builds: everything the guest step needs, staged for it (scripts/vm/test.sh
+# --files): guest-files.sh builds Kubernetes (all the components at once:
+# the integration step's kube-assets.sh call waits for it), containerd,
+# lvmd, this checkout's guest binaries and images (amd64), and Helm for the
+# integration step.
+builds() {
+  local rc=0 names
+  scripts/vm/build-guest.sh >/dev/null &
+  local guest=$!
+  scripts/helm.sh >/dev/null &
+  local helm=$!
+  read -ra names <<<"$(scripts/vm/test.sh --names)"
+  scripts/vm/guest-files.sh --stage "${names[@]}" >"$work/files" || rc=$?
+  wait $guest || rc=$?
+  wait $helm || rc=$?
+  return $rc
+}
+vet() { make --no-print-directory vet; }
+unit() { make --no-print-directory test-unit; }
+integration() { scripts/integration.sh; }
+guest() {
+  local files
+  files=$(cat "$work/files" 2>/dev/null)
+  scripts/vm/test.sh ${files:+--files "$files"}
+}
+images() { make --no-print-directory images; }
+
+# background STEP: run STEP in the background, its output kept for later
+# (waited: shown then). The pid is in bg[STEP].
+declare -A bg
+background() {
+  run "$1" "$1" >"$work/$1.log" 2>&1 &
+  bg[$1]=$!
+}
+# waited STEP: wait for a background STEP and show its output.
+waited() {
+  [ -n "${bg[$1]:-}" ] || return 0
+  echo "==> test: waiting for $1 (at $((SECONDS - t0)) s)"
+  local rc=0
+  wait "${bg[$1]}" || rc=$?
+  sed "s/^/$1: /" "$work/$1.log"
+  bg[$1]=
+  return $rc
+}
+
+failed=0
+! has guest || background builds
+! has images || background images
+for s in "${steps[@]}"; do
+  case $s in
+    guest) waited builds || failed=1 ;&
+    *) [ "$s" = images ] || run "$s" "$s" || failed=1 ;;
+  esac
+done
+waited images || failed=1
+exit $failed
