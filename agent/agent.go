@@ -245,15 +245,13 @@ func (a *Agent) sync(k Key) syncResult {
 	var t target
 	var op func(context.Context) outcome
 	var err error
-	switch o := obj.(type) {
-	case *corev1.PersistentVolumeClaim:
-		t, op, err = a.createStep(o)
-	case *corev1.PersistentVolume:
-		if o.Annotations[kube.AnnLifecycle] == kube.StateExpanding {
-			t, op, err = a.growStep(o)
-		} else {
-			t, op, err = a.deleteStep(o)
-		}
+	switch opKind(obj) {
+	case "create":
+		t, op, err = a.createStep(obj.(*corev1.PersistentVolumeClaim))
+	case "grow":
+		t, op, err = a.growStep(obj.(*corev1.PersistentVolume))
+	default:
+		t, op, err = a.deleteStep(obj.(*corev1.PersistentVolume))
 	}
 	if err != nil {
 		return a.answer(r, fail(kube.ReasonInvalidSpec, err), time.Now())
@@ -422,8 +420,8 @@ func (a *Agent) misdirected(k Key, obj runtime.Object) {
 
 func ptr(s string) *string { return &s }
 
-// opKind names a request's operation for the metrics: create (a PVC),
-// grow (a PV "expanding") or delete (any other PV).
+// opKind names a request's operation, for sync's choice of step and the
+// metrics: create (a PVC), grow (a PV "expanding") or delete (any other PV).
 func opKind(obj runtime.Object) string {
 	switch o := obj.(type) {
 	case *corev1.PersistentVolumeClaim:

@@ -59,26 +59,37 @@ func (p originalProvisioner) update(get func(context.Context) (runtime.Object, e
 func (p originalProvisioner) create(ns, pvc, spec string) (string, time.Duration) {
 	p.t.Helper()
 	c := cp.Client.CoreV1().PersistentVolumeClaims(ns)
-	start := time.Now()
-	p.update(func(ctx context.Context) (runtime.Object, error) { return c.Get(ctx, pvc, metav1.GetOptions{}) },
+	return p.ask(func(ctx context.Context) (runtime.Object, error) { return c.Get(ctx, pvc, metav1.GetOptions{}) },
 		func(ctx context.Context, o runtime.Object) error {
 			_, err := c.Update(ctx, o.(*corev1.PersistentVolumeClaim), metav1.UpdateOptions{})
 			return err
-		}, map[string]string{kube.AnnLifecycle: kube.StateCreating, kube.AnnSpec: spec})
-	return p.wait(start, func(ctx context.Context) (metav1.Object, error) { return c.Get(ctx, pvc, metav1.GetOptions{}) }, kube.StateCreating)
+		}, kube.StateCreating, spec)
 }
 
 // delete asks for the removal of vg/lv on an existing PV.
 func (p originalProvisioner) delete(pv, vgLV string) (string, time.Duration) {
 	p.t.Helper()
 	c := cp.Client.CoreV1().PersistentVolumes()
-	start := time.Now()
-	p.update(func(ctx context.Context) (runtime.Object, error) { return c.Get(ctx, pv, metav1.GetOptions{}) },
+	return p.ask(func(ctx context.Context) (runtime.Object, error) { return c.Get(ctx, pv, metav1.GetOptions{}) },
 		func(ctx context.Context, o runtime.Object) error {
 			_, err := c.Update(ctx, o.(*corev1.PersistentVolume), metav1.UpdateOptions{})
 			return err
-		}, map[string]string{kube.AnnLifecycle: kube.StateDeleting, kube.AnnSpec: vgLV})
-	return p.wait(start, func(ctx context.Context) (metav1.Object, error) { return c.Get(ctx, pv, metav1.GetOptions{}) }, kube.StateDeleting)
+		}, kube.StateDeleting, vgLV)
+}
+
+// ask writes the request (state and spec) and waits for its answer.
+func (p originalProvisioner) ask(get func(context.Context) (runtime.Object, error), update func(context.Context, runtime.Object) error,
+	state, spec string) (string, time.Duration) {
+	p.t.Helper()
+	start := time.Now()
+	p.update(get, update, map[string]string{kube.AnnLifecycle: state, kube.AnnSpec: spec})
+	return p.wait(start, func(ctx context.Context) (metav1.Object, error) {
+		o, err := get(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return meta.Accessor(o)
+	}, state)
 }
 
 // wait polls as the original does (it has no watch), every 100 ms here so

@@ -183,6 +183,8 @@ type UnlabelledWatch struct {
 	node    Node
 	metrics *ClientMetrics
 	active  prometheus.Gauge
+	// pvcs, pvs read an object again when it leaves the watch.
+	pvcs, pvs *unlabelled
 
 	mu   sync.Mutex
 	stop context.CancelFunc // nil while stopped
@@ -191,7 +193,7 @@ type UnlabelledWatch struct {
 // NewUnlabelledWatch makes a watch, stopped; reg, when set, registers its
 // gauge.
 func NewUnlabelledWatch(c kubernetes.Interface, target SweepTarget, node Node, m *ClientMetrics, reg prometheus.Registerer) *UnlabelledWatch {
-	w := &UnlabelledWatch{client: c, target: target, node: node, metrics: m,
+	w := &UnlabelledWatch{client: c, target: target, node: node, metrics: m, pvcs: pvcs(c), pvs: pvs(c),
 		active: prometheus.NewGauge(prometheus.GaugeOpts{Name: "lvm_agent_unlabelled_watch",
 			Help: "Hybrid mode: 1 while this agent watches the PVCs and PVs without the " + LabelNode + " label itself (no labeller holds its Lease), else 0."})}
 	if reg != nil {
@@ -270,12 +272,9 @@ func (w *UnlabelledWatch) left(ctx context.Context, obj any) {
 		return
 	}
 	last := obj.(runtime.Object)
-	var r *unlabelled
-	switch last.(type) {
-	case *corev1.PersistentVolumeClaim:
-		r = pvcs(w.client)
-	default:
-		r = pvs(w.client)
+	r := w.pvs
+	if _, ok := last.(*corev1.PersistentVolumeClaim); ok {
+		r = w.pvcs
 	}
 	m, err := metaOf(last)
 	if err != nil {
