@@ -226,9 +226,12 @@ func TestExpandTooBigThenRecover(t *testing.T) {
 	waitEvents(t, ns, "data", map[string]string{"VolumeResizeFailed": corev1.EventTypeWarning})
 	assert.Equal(t, "64Mi", pvCapacity(t, pv.Name))
 	assert.EqualValues(t, 64*mib, lvSize(t, n.node, pv.Name), "the LV is left as it was")
-	got, err := cluster.Client.CoreV1().PersistentVolumes().Get(context.Background(), pv.Name, metav1.GetOptions{})
-	require.NoError(t, err)
-	assert.Equal(t, kube.ReasonInsufficientCapacity, got.Annotations[kube.AnnReason])
+	// external-resizer asks once more after an infeasible answer, which
+	// reopens the request on the PV for a moment: wait for the answer.
+	require.Eventually(t, func() bool {
+		got, err := cluster.Client.CoreV1().PersistentVolumes().Get(context.Background(), pv.Name, metav1.GetOptions{})
+		return err == nil && got.Annotations[kube.AnnReason] == kube.ReasonInsufficientCapacity
+	}, timeout, 50*time.Millisecond, "the PV's reason is %s", kube.ReasonInsufficientCapacity)
 
 	askFor(t, ns, "data", "128Mi")
 	pvc = waitClaim(t, ns, "data", "NodeResizePending at 128Mi", func(p *corev1.PersistentVolumeClaim) bool {
