@@ -1,41 +1,63 @@
 # Sourced by node.sh (demo and full modes), after its Block step, with its
 # helpers (step, show, pod, pvc, within) and the Block PVC "raw" (64 Mi) in
 # place: volumes grow while their Pod runs (issue 26). It leaves nothing of
-# its own behind but "raw" (grown), which node.sh deletes next.
+# its own behind but "raw" (grown), which node.sh deletes next, and the
+# StorageClass lvm-xfs.
 # shellcheck shell=bash
 
-step "A volume grows under its running Pod: ext4, 64 MiB -> 256 MiB" \
-  "The Pod keeps appending to a log while its PVC's request is raised. kube-controller-manager hands the claim" \
-  "to lvm-agent's provisioner, whose resizer has the node's agent extend the LV (lvmd's ResizeLV); kubelet then" \
-  "grows ext4 online. df in the same Pod shows the new size, and a file written before reads the same."
-pvc grow 64Mi
-# shellcheck disable=SC2016 # the Pod's shell expands them
-pod grower 'head -c 4194304 /dev/urandom >/data/seed && md5sum /data/seed >/data/seed.md5 && sync; (i=0; while :; do echo $i >>/data/log; i=$((i+1)); sleep 0.2; done) & true' grow
-show kubectl wait --for=condition=Ready pod/grower --timeout=600s
-within 60 "/data/seed.md5 in pod/grower" kubectl exec grower -- test -s /data/seed.md5
-grower_uid=$(kubectl get pod grower -o jsonpath='{.metadata.uid}')
-seed=$(kubectl exec grower -- md5sum /data/seed)
-show kubectl exec grower -- df -h /data
-show kubectl patch pvc grow -p '{"spec":{"resources":{"requests":{"storage":"256Mi"}}}}'
-grow_pv=$(kubectl get pvc grow -o jsonpath='{.spec.volumeName}')
 lv_bytes() { lvm lvs --noheadings --units b --nosuffix -o lv_size "vg1/$1" | tr -d ' '; }
-fs_grown() { [ "$(kubectl get pvc grow -o jsonpath='{.status.capacity.storage}')" = 256Mi ]; }
-# kubelet grows the filesystem at its next sync of the Pod (about a minute).
-within 300 "256Mi in pvc/grow's status (kubelet's filesystem grow)" fs_grown
-show kubectl get pvc grow
-show kubectl get events --field-selector involvedObject.name=grow --sort-by=.lastTimestamp
-show lvm lvs -o lv_name,lv_size vg1
-[ "$(lv_bytes "$grow_pv")" = $((256 << 20)) ]
-show kubectl exec grower -- df -h /data
-# ext4 on 256 MiB has ~240 MiB for files; on 64 MiB, under 64.
-[ "$(kubectl exec grower -- df -k /data | awk 'NR == 2 { print $2 }')" -gt $((200 << 10)) ]
-echo "    The same Pod (no restart), the file written before the grow unchanged, the log still growing:"
-[ "$(kubectl get pod grower -o jsonpath='{.metadata.uid} {.status.containerStatuses[0].restartCount}')" = "$grower_uid 0" ]
-show kubectl exec grower -- md5sum /data/seed
-[ "$(kubectl exec grower -- md5sum /data/seed)" = "$seed" ]
-lines=$(kubectl exec grower -- wc -l /data/log | awk '{ print $1 }')
-sleep 1
-[ "$(kubectl exec grower -- wc -l /data/log | awk '{ print $1 }')" -gt "$lines" ]
+# grow_fs CLASS FS FROM TO: a Pod keeps appending to a log on a FS volume of
+# CLASS while its claim's request goes from FROM to TO (Mi); df in the same
+# running Pod sees the new size, and a file written before reads the same.
+grow_fs() {
+  local class=$1 fs=$2 from=$3 to=$4 uid seed lines pv
+  step "A volume grows under its running Pod: $fs, $from MiB -> $to MiB" \
+    "The Pod keeps appending to a log while its PVC's request is raised. kube-controller-manager hands the claim" \
+    "to lvm-agent's provisioner, whose resizer has the node's agent extend the LV (lvmd's ResizeLV); kubelet then" \
+    "grows $fs online. df in the same Pod shows the new size, and a file written before reads the same."
+  pvc grow "${from}Mi" "$class"
+  # shellcheck disable=SC2016 # the Pod's shell expands them
+  pod grower 'head -c 4194304 /dev/urandom >/data/seed && md5sum /data/seed >/data/seed.md5 && sync; (i=0; while :; do echo $i >>/data/log; i=$((i+1)); sleep 0.2; done) & true' grow
+  show kubectl wait --for=condition=Ready pod/grower --timeout=600s
+  within 60 "/data/seed.md5 in pod/grower" kubectl exec grower -- test -s /data/seed.md5
+  uid=$(kubectl get pod grower -o jsonpath='{.metadata.uid}')
+  seed=$(kubectl exec grower -- md5sum /data/seed)
+  show kubectl exec grower -- df -h /data
+  show kubectl patch pvc grow -p "{\"spec\":{\"resources\":{\"requests\":{\"storage\":\"${to}Mi\"}}}}"
+  pv=$(kubectl get pvc grow -o jsonpath='{.spec.volumeName}')
+  # kubelet grows the filesystem at its next sync of the Pod (about a minute).
+  within 300 "${to}Mi in pvc/grow's status (kubelet's filesystem grow)" \
+    eval '[ "$(kubectl get pvc grow -o jsonpath="{.status.capacity.storage}")" = '"${to}Mi"' ]'
+  show kubectl get pvc grow
+  show kubectl get events --field-selector involvedObject.name=grow --sort-by=.lastTimestamp
+  show lvm lvs -o lv_name,lv_size vg1
+  [ "$(lv_bytes "$pv")" = $((to << 20)) ]
+  show kubectl exec grower -- df -h /data
+  # The filesystem's own overhead stays well under a fifth of the device.
+  [ "$(kubectl exec grower -- df -k /data | awk 'NR == 2 { print $2 }')" -gt $((to * 1024 * 4 / 5)) ]
+  echo "    The same Pod (no restart), the file written before the grow unchanged, the log still growing:"
+  [ "$(kubectl get pod grower -o jsonpath='{.metadata.uid} {.status.containerStatuses[0].restartCount}')" = "$uid 0" ]
+  show kubectl exec grower -- md5sum /data/seed
+  [ "$(kubectl exec grower -- md5sum /data/seed)" = "$seed" ]
+  lines=$(kubectl exec grower -- wc -l /data/log | awk '{ print $1 }')
+  sleep 1
+  [ "$(kubectl exec grower -- wc -l /data/log | awk '{ print $1 }')" -gt "$lines" ]
+  show kubectl delete pod grower --wait
+  show kubectl delete pvc grow --wait
+  show kubectl wait --for=delete "pv/$pv" --timeout=600s
+}
+grow_fs lvm-thick ext4 64 256
+# xfsprogs 6 makes no xfs smaller than 300 MiB.
+kubectl apply -f - <<'YAML'
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: lvm-xfs}
+provisioner: lvm.lvm-agent.io
+volumeBindingMode: WaitForFirstConsumer
+allowVolumeExpansion: true
+parameters: {volumeGroup: vg1, fsType: xfs}
+YAML
+grow_fs lvm-xfs xfs 320 640
 
 step "A Block PVC grows: the Pod's device shows the new size at once" \
   "No filesystem: the claim is done when the LV has grown; blockdev in the running Pod reads the device's size."
@@ -59,6 +81,3 @@ show kubectl get pv "$raw_pv" -o jsonpath='{.metadata.annotations.pv\.csi\.aliba
 [ "$(lv_bytes "$raw_pv")" = $((128 << 20)) ]
 [ "$(kubectl exec raw -- blockdev --getsize64 /dev/xvda)" = $((128 << 20)) ]
 
-show kubectl delete pod grower --wait
-show kubectl delete pvc grow --wait
-show kubectl wait --for=delete "pv/$grow_pv" --timeout=600s

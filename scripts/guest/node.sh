@@ -338,7 +338,7 @@ show dd if="$dev" bs=28 count=1 status=none
 echo
 [ "$(dd if="$dev" bs=28 count=1 2>/dev/null)" = "raw bytes on an lvm-agent LV" ]
 
-# . "$here/expand.sh" # issue 26: volumes grow under running Pods; off until its first exec into the Pod works in the guest (it failed there: OCI runtime exec)
+. "$here/expand.sh" # volumes grow under running Pods (issue 26)
 
 step "The PVCs deleted: their PVs and LVs go" \
   "reclaimPolicy: Delete: the provisioner asks the agent to remove the LV, then deletes the PV."

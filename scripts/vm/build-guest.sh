@@ -19,13 +19,13 @@ set -euo pipefail
 
 CACHE=${LVM_AGENT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lvm-agent}
 HOST_PKGS=(qemu-system-x86 cpio kmod xz-utils)
-GUEST_PKGS=(bash busybox-static lvm2 dmsetup thin-provisioning-tools e2fsprogs mount
+GUEST_PKGS=(bash busybox-static lvm2 dmsetup thin-provisioning-tools e2fsprogs xfsprogs mount
   runc containernetworking-plugins nftables util-linux openssl)
 # Loaded in this order, each after its dependencies. crc32c_generic must be
 # explicit: libcrc32c asks for it through request_module, and the guest has no
 # working modprobe, so dm-thin-pool would fail with "Unknown symbol".
 MODULES=(crc32c_generic virtio_pci 9pnet_virtio 9p loop dm_mod dm_bufio
-  libcrc32c dm_persistent_data dm_bio_prison dm_thin_pool dm_snapshot dm_zero ext4
+  libcrc32c dm_persistent_data dm_bio_prison dm_thin_pool dm_snapshot dm_zero ext4 xfs
   overlay bridge veth br_netfilter dummy nf_conntrack nf_nat nf_tables nft_ct
   nft_nat nft_chain_nat nft_masq nft_numgen nft_fib_inet nft_fib_ipv4
   nft_fib_ipv6 nft_reject_inet nft_reject_ipv4 nft_reject_ipv6)
@@ -136,7 +136,7 @@ xz -dc --single-stream >"$work/out/vmlinux" < <(tail -c +$((off + 1)) "$k/boot/v
 r=$work/root
 mkdir -p "$r"/{usr/bin,usr/sbin,usr/local/bin,usr/local/sbin,$LIBDIR,usr/lib64,etc,proc,sys,dev,tmp,run,share,root,opt,mnt,var/tmp,var/log}
 for d in bin sbin lib lib64; do ln -s "usr/$d" "$r/$d"; done
-for p in bash lvm2 dmsetup thin-provisioning-tools e2fsprogs runc nftables openssl; do
+for p in bash lvm2 dmsetup thin-provisioning-tools e2fsprogs xfsprogs runc nftables openssl; do
   for d in bin sbin usr/bin usr/sbin etc; do
     if [ -d "$work/pkgs/$p/$d" ]; then cp -a "$work/pkgs/$p/$d/." "$r/$d/"; fi
   done

@@ -58,7 +58,7 @@ img --out "$OUT/lvmd.tar" --ref localhost/lvm-agent/lvmd:guest --entrypoint /lvm
   "$lvmd/lvmd=/lvmd" "$bb=/usr/bin/nsenter"
 img --out "$OUT/pause.tar" --ref localhost/lvm-agent/pause:guest --entrypoint /pause "$work/pause=/pause"
 applets=()
-for a in sh cat dd sync sleep ls echo test mkdir rm sha256sum head blockdev stat; do
+for a in sh cat dd sync sleep ls echo test mkdir rm sha256sum md5sum head blockdev stat df wc; do
   applets+=(--link "/bin/busybox=/bin/$a")
 done
 img --out "$OUT/busybox.tar" --ref localhost/lvm-agent/busybox:guest --entrypoint /bin/sh \
