@@ -25,7 +25,9 @@
 #          PV Released.
 #   bench  (`make bench-node`) after the install: PVC created -> Pod Running,
 #          RUNS times (one warm-up run first, not counted), each run's
-#          breakdown and the medians (see bench() below for the boundaries).
+#          breakdown and the medians (see bench() below for the boundaries);
+#          then PVC grown -> the new size seen in the running Pod, the same
+#          way, beside lvextend + resize2fs by hand (bench-grow.sh).
 #
 #   node.sh [--bin DIR] [--mode demo|full|bench] [--runs N] [--install kustomize|helm]
 #       DIR: guest-files.sh's binaries, images/, deploy/ and charts/ (/opt/lvm-agent)
@@ -38,7 +40,7 @@ set -Eeuo pipefail # -E: the ERR trap (dump) fires in functions too
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 bin=/opt/lvm-agent mode=full runs=5 install=kustomize
-usage() { sed -n '2,36s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2; }
+usage() { sed -n '2,38s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
     --bin) bin=$2; shift 2 ;;
@@ -154,13 +156,25 @@ within() { # within SECONDS WHAT COMMAND...: COMMAND succeeds before the deadlin
 #   mount      w Pod has spec.nodeName -> k MountDevice (kubelet: attach check, mkfs.ext4, mount)
 #   start      k MountDevice -> w Pod Running (bind mount, sandbox, container)
 #   total      w PVC created -> w Pod Running
+# stamp: each line read, after the time it arrived.
+stamp() { while IFS= read -r l; do printf '%s %s\n' "$EPOCHREALTIME" "$l"; done; }
+# medians FILE LASTCOL: a row of the median of columns 2..LASTCOL of FILE's
+# rows after its header (odd counts: the middle value).
+medians() {
+  local col
+  printf '%-8s' median
+  for col in $(seq 2 "$2"); do
+    printf ' %8s' "$(tail -n +2 "$1" | awk -v c="$col" '{ gsub(/%/, "", $c); print $c }' | sort -n |
+      awk '{ a[NR] = $1 } END { if (NR % 2) print a[(NR + 1) / 2]; else printf "%.3f", (a[NR / 2] + a[NR / 2 + 1]) / 2 }')"
+  done
+  echo
+}
 bench() {
   local w=$CLUSTER_DIR/bench i watches
   mkdir -p "$w"
   step "Bench: PVC created -> Pod Running, median of $runs (after one warm-up run)" \
     "Each boundary as defined in scripts/guest/node.sh's bench()."
   show kubectl apply -f "$bin/deploy/examples/storageclass-thick.yaml"
-  stamp() { while IFS= read -r l; do printf '%s %s\n' "$EPOCHREALTIME" "$l"; done; }
   kubectl get pvc -l app=bench -w -o jsonpath='{"pvc "}{.metadata.name}{" "}{.status.phase}{" node="}{.metadata.annotations.volume\.kubernetes\.io/selected-node}{" state="}{.metadata.annotations.pv\.csi\.alibabacloud\.com/volume\.lifecycle}{"\n"}' 2>"$w/pvc.err" > >(stamp >"$w/pvc.log") &
   watches=($!)
   kubectl get pv -w -o jsonpath='{"pv "}{.spec.claimRef.name}{" "}{.metadata.name}{"\n"}' 2>"$w/pv.err" > >(stamp >"$w/pv.log") &
@@ -232,14 +246,7 @@ bench() {
         printf "%-8s", n; for (m = 1; m <= 10; m++) printf " %8.3f", v[m]; printf " %7.1f%%\n", (v[10] > 0 ? 100 * v[3] / v[10] : -1) # parenthesised: a bare > would redirect
       }
     }' "$w/watch.log" "$w/agent.log" "$w/lvmd.log" "$CLUSTER_DIR/logs/kubelet.log" | tee "$w/runs.txt"
-  # The median of each column (runs is odd by default: the middle value).
-  local col
-  printf '%-8s' median
-  for col in $(seq 2 12); do
-    printf ' %8s' "$(tail -n +2 "$w/runs.txt" | awk -v c="$col" '{ gsub(/%/, "", $c); print $c }' | sort -n |
-      awk '{ a[NR] = $1 } END { if (NR % 2) print a[(NR + 1) / 2]; else printf "%.3f", (a[NR / 2] + a[NR / 2 + 1]) / 2 }')"
-  done
-  echo
+  medians "$w/runs.txt" 12
   # A missing boundary leaves its column as a difference from 0: never a figure.
   # (v = $c + 0: after gsub a field is a string, and busybox awk compares strings.)
   if awk 'NR > 1 { for (c = 2; c <= 12; c++) { gsub(/%/, "", $c); v = $c + 0; if (v < 0 || v > 3600) bad = 1 } } END { exit !bad }' "$w/runs.txt"; then
@@ -285,7 +292,12 @@ show kubectl -n lvm-agent rollout status deployment/lvm-agent-provisioner --time
 show kubectl -n lvm-agent get pods -o wide
 echo "    The agent reports the node's volume groups, their size and free space, on the Node:"
 show kubectl get node "$(hostname)" -o jsonpath='{.metadata.annotations.csi\.alibabacloud\.com/storage-topology}{"\n"}'
-[ "$mode" != bench ] || { bench; exit 0; }
+[ "$mode" != bench ] || {
+  bench
+  . "$here/bench-grow.sh"
+  bench_grow
+  exit 0
+}
 
 step "A StorageClass, a PVC and a Pod that writes to it" \
   "The class is deploy/examples/storageclass-thick.yaml: thick LVs in vg1, ext4 on first mount." \
