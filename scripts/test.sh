@@ -19,10 +19,11 @@
 #   images       the images for both arches (make images)
 #
 # The builds the guest step needs (Kubernetes, containerd, lvmd, Helm, the
-# guest's binaries and image: the row "builds") and the images step start at
-# once in the background: on a cold machine the builds are most of the time,
-# and they fill the cores that vet's and the tests' waits leave idle; warm,
-# they are links. The guest step waits for the builds; the guest gets the
+# guest's binaries and image: the row "builds") start at once in the
+# background: on a cold machine the builds are most of the time; warm, they
+# are links. Kubernetes comes first, alone among the builds of Go packages it
+# shares (the row "kubernetes", see kubernetes() below); then the images step
+# starts in the background, and vet and the tests in the foreground. The guest step waits for the builds; the guest gets the
 # host's cores to itself. Every step runs even when one before it failed; the
 # exit code is 0 only when every step passed.
 set -uo pipefail
@@ -96,6 +97,21 @@ builds() {
   wait $helm || rc=$?
   return $rc
 }
+# kubernetes: etcd and the Kubernetes components (scripts/kube-assets.sh),
+# first and in the foreground. Cold, it is the longest build, and Go's build
+# cache shares a compiled package between two builds only once one of them
+# has written it: vet, the unit tests and the images started beside it would
+# each compile client-go, apimachinery, grpc, protobuf... again (the same
+# packages: scripts/align-deps.sh). containerd, Helm and the guest image
+# share little with it and build beside it (builds); guest-files.sh's own
+# call waits for this one (flock). Warm, it is a cache lookup.
+kubernetes() {
+  if has guest; then
+    scripts/kube-assets.sh kube-controller-manager kube-scheduler kubelet kubectl kube-proxy >/dev/null
+  else
+    scripts/kube-assets.sh kube-controller-manager kube-scheduler kubectl >/dev/null
+  fi
+}
 vet() { make --no-print-directory vet; }
 unit() { make --no-print-directory test-unit; }
 integration() { scripts/integration.sh; }
@@ -126,6 +142,7 @@ waited() {
 
 failed=0
 ! has guest || background builds
+if has guest || has integration; then run kubernetes kubernetes || failed=1; fi
 ! has images || background images
 for s in "${steps[@]}"; do
   case $s in
