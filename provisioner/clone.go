@@ -1,16 +1,28 @@
 package provisioner
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
+
+	"github.com/lvm-agent/lvm-agent/kube"
 )
 
 // ErrCloneNotSupported refuses a claim that asks for a copy of data (a
-// dataSource or dataSourceRef): an empty volume is not a copy, so no volume
-// is made until the kind of copy it asks for can be made.
+// dataSource or dataSourceRef) that lvm-agent cannot make: an empty volume
+// is not a copy, so no volume is made.
 var ErrCloneNotSupported = errors.New("lvm-agent cannot make this copy yet; no volume is made (an empty volume is not a copy)")
+
+// ErrCloneSource refuses a clone whose source cannot be copied (the
+// message says why). Nothing is made; the claim is looked at again later,
+// since the source may be bound or grown since.
+var ErrCloneSource = errors.New("no volume is made")
 
 // dataSource is what a claim asks to be filled from, nil for an empty
 // volume. The API server copies a dataSource of a core kind into
@@ -27,7 +39,7 @@ func dataSource(pvc *corev1.PersistentVolumeClaim) *corev1.TypedObjectReference 
 }
 
 // describe names a data source for people: "PersistentVolumeClaim data" or
-// "VolumeSnapshot snap.snapshot.storage.k8s.io".
+// "VolumeSnapshot snap (snapshot.storage.k8s.io)".
 func describe(r *corev1.TypedObjectReference) string {
 	s := r.Kind + " " + r.Name
 	if r.APIGroup != nil && *r.APIGroup != "" {
@@ -39,7 +51,118 @@ func describe(r *corev1.TypedObjectReference) string {
 	return s
 }
 
-// refuseDataSource is the error for a claim with a data source.
-func refuseDataSource(pvc *corev1.PersistentVolumeClaim, src *corev1.TypedObjectReference) error {
-	return fmt.Errorf("PVC %s/%s asks for a copy of %s: %w", pvc.Namespace, pvc.Name, describe(src), ErrCloneNotSupported)
+// isClone: the source is a claim of the clone's namespace (the only data
+// source lvm-agent can copy).
+func isClone(pvc *corev1.PersistentVolumeClaim, r *corev1.TypedObjectReference) bool {
+	return r.Kind == "PersistentVolumeClaim" && (r.APIGroup == nil || *r.APIGroup == "") &&
+		(r.Namespace == nil || *r.Namespace == "" || *r.Namespace == pvc.Namespace)
 }
+
+// cloneSource is the LV a clone copies and the node it lives on.
+type cloneSource struct {
+	Node, VolumeGroup, Name string
+	Size                    int64
+}
+
+// cloneSource checks that the claim's source can be copied into it by this
+// provisioner on class, and says from what and where. A refusal wraps
+// ErrCloneSource (or ErrCloneNotSupported for a source that is no claim);
+// any other error is the API server's, to retry.
+func (p *Provisioner) cloneSource(ctx context.Context, pvc *corev1.PersistentVolumeClaim, class *storagev1.StorageClass) (cloneSource, error) {
+	ref := dataSource(pvc)
+	if !isClone(pvc, ref) {
+		return cloneSource{}, fmt.Errorf("PVC %s/%s asks for a copy of %s: %w", pvc.Namespace, pvc.Name, describe(ref), ErrCloneNotSupported)
+	}
+	refuse := func(format string, a ...any) (cloneSource, error) {
+		return cloneSource{}, fmt.Errorf("PVC %s/%s is a clone of PVC %s, which %s: %w",
+			pvc.Namespace, pvc.Name, ref.Name, fmt.Sprintf(format, a...), ErrCloneSource)
+	}
+	src, err := p.client.CoreV1().PersistentVolumeClaims(pvc.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return refuse("does not exist")
+	case err != nil:
+		return cloneSource{}, fmt.Errorf("read the source of PVC %s/%s: %w", pvc.Namespace, pvc.Name, err)
+	case src.DeletionTimestamp != nil:
+		return refuse("is being deleted")
+	case src.Status.Phase != corev1.ClaimBound || src.Spec.VolumeName == "":
+		return refuse("is not bound to a volume yet (it is %s)", src.Status.Phase)
+	case className(src) != class.Name:
+		return refuse("is of StorageClass %q; a clone is of its source's class, not %q", className(src), class.Name)
+	case volumeMode(src) != volumeMode(pvc):
+		return refuse("is of volumeMode %s; a clone of it must be too, not %s", volumeMode(src), volumeMode(pvc))
+	}
+	pv, err := p.client.CoreV1().PersistentVolumes().Get(ctx, src.Spec.VolumeName, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return refuse("is bound to PV %s, which does not exist", src.Spec.VolumeName)
+	case err != nil:
+		return cloneSource{}, fmt.Errorf("read the source volume of PVC %s/%s: %w", pvc.Namespace, pvc.Name, err)
+	}
+	host, ok := kube.LocalPVHostname(pv)
+	if !ok || pv.Annotations[kube.AnnProvisionedBy] != p.cfg.Name || pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.UID != src.UID {
+		return refuse("is bound to PV %s, which is not a local volume of provisioner %s bound to it", pv.Name, p.cfg.Name)
+	}
+	vg, lv, err := kube.ParsePVSpec(pv.Annotations[kube.AnnSpec])
+	if err != nil {
+		return refuse("is bound to PV %s without a volume spec: %v", pv.Name, err)
+	}
+	params, err := ParseParams(class.Parameters)
+	if err != nil {
+		return cloneSource{}, fmt.Errorf("StorageClass %s: %w", class.Name, err)
+	}
+	if vg != params.VolumeGroup {
+		return refuse("is in volume group %s, and StorageClass %s now makes volumes in %s", vg, class.Name, params.VolumeGroup)
+	}
+	have, want := pv.Spec.Capacity[corev1.ResourceStorage], pvc.Spec.Resources.Requests[corev1.ResourceStorage]
+	if have.Cmp(want) > 0 {
+		return refuse("is %s, larger than the %s the clone asks for", have.String(), want.String())
+	}
+	nodes, err := kube.NodesOfHostname(ctx, p.client, host)
+	switch {
+	case err != nil:
+		return cloneSource{}, err
+	case len(nodes) == 0:
+		return refuse("is on node %s (hostname), which is gone", host)
+	case len(nodes) > 1:
+		return refuse("is on hostname %s, which %d Nodes carry", host, len(nodes))
+	}
+	return cloneSource{Node: nodes[0], VolumeGroup: vg, Name: lv, Size: have.Value()}, nil
+}
+
+func className(pvc *corev1.PersistentVolumeClaim) string {
+	if pvc.Spec.StorageClassName == nil {
+		return ""
+	}
+	return *pvc.Spec.StorageClassName
+}
+
+func volumeMode(pvc *corev1.PersistentVolumeClaim) corev1.PersistentVolumeMode {
+	if pvc.Spec.VolumeMode == nil {
+		return corev1.PersistentVolumeFilesystem
+	}
+	return *pvc.Spec.VolumeMode
+}
+
+// provisionClone provisions a claim with a data source: only a clone whose
+// source checks out, on the source's node; another node is given back to
+// the scheduler (the Placer then names the source's node), never used.
+func (p *Provisioner) provisionClone(ctx context.Context, opts controller.ProvisionOptions) (*corev1.PersistentVolume, controller.ProvisioningState, error) {
+	src, err := p.cloneSource(ctx, opts.PVC, opts.StorageClass)
+	switch {
+	case errors.Is(err, ErrCloneSource), errors.Is(err, ErrCloneNotSupported):
+		// Never Reschedule: no other node can copy it either.
+		return nil, controller.ProvisioningFinished, err
+	case err != nil:
+		return nil, controller.ProvisioningNoChange, err
+	case src.Node != opts.SelectedNodeName:
+		return nil, controller.ProvisioningReschedule, fmt.Errorf("PVC %s/%s is a clone of a volume on node %s and can only be made there, not on %s: %w",
+			opts.PVC.Namespace, opts.PVC.Name, src.Node, opts.SelectedNodeName, ErrWrongNode)
+	}
+	return nil, controller.ProvisioningFinished, fmt.Errorf("PVC %s/%s is a clone of %s/%s on node %s: %w",
+		opts.PVC.Namespace, opts.PVC.Name, src.VolumeGroup, src.Name, src.Node, ErrCloneNotSupported)
+}
+
+// ErrWrongNode: the scheduler picked a node for a clone (a Pod came before
+// the Placer named the source's node); the selected node is given back.
+var ErrWrongNode = errors.New("selected node given back to the scheduler")

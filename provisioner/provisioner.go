@@ -93,11 +93,11 @@ func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOp
 	if err != nil {
 		return nil, controller.ProvisioningFinished, fmt.Errorf("StorageClass %s: %w", class.Name, err)
 	}
-	if src := dataSource(pvc); src != nil {
-		return nil, controller.ProvisioningFinished, refuseDataSource(pvc, src)
-	}
 	if opts.SelectedNodeName == "" {
 		return nil, controller.ProvisioningFinished, fmt.Errorf("PVC %s/%s has no selected node", pvc.Namespace, pvc.Name)
+	}
+	if dataSource(pvc) != nil {
+		return p.provisionClone(ctx, opts)
 	}
 	size, ok := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
 	if !ok || size.Sign() <= 0 {

@@ -110,6 +110,8 @@ func runProvisioner(o provisionerOptions) error {
 		if o.publishCapacity {
 			go provisioner.NewCapacity(client, o.name, o.namespace, o.capacityAnnotation).Run(ctx)
 		}
+		// Clones are placed on their source's node before any Pod is.
+		go provisioner.RunPlacer(ctx, client, p)
 		if o.resize {
 			go provisioner.RunResizer(ctx, client, provisioner.NewResizer(client, provisioner.Config{Name: o.name, Timeout: o.timeout}), o.workers)
 		}

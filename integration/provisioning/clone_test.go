@@ -1,0 +1,161 @@
+package provisioning
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/provisioner"
+)
+
+// allLVs counts the LVs of both nodes.
+func allLVs(t *testing.T) int { return len(lvNames(t, small)) + len(lvNames(t, big)) }
+
+// assertNothingMade: the claim has no request and no volume, and no LV was
+// made since before.
+func assertNothingMade(t *testing.T, ns, name string, before int) {
+	t.Helper()
+	pvc, err := cluster.Client.CoreV1().PersistentVolumeClaims(ns).Get(context.Background(), name, metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, corev1.ClaimPending, pvc.Status.Phase)
+	assert.NotContains(t, pvc.Annotations, kube.AnnLifecycle, "no request written")
+	assert.Equal(t, before, allLVs(t), "no LV made")
+}
+
+// A claim with a data source is never bound to an empty volume: the source
+// does not exist, or is no claim (a VolumeSnapshot), or is a claim lvm-agent
+// cannot copy yet. Before issue 27 all three were bound to a new, empty LV.
+func TestCloneRefusedNothingMade(t *testing.T) {
+	ns := newNamespace(t)
+	storageClass(t, "copy", storagev1.VolumeBindingWaitForFirstConsumer, corev1.PersistentVolumeReclaimDelete, map[string]string{"volumeGroup": "vg1"})
+	claimAndPod(t, ns, "src", "copy", "64Mi", corev1.PersistentVolumeFilesystem, map[string]string{corev1.LabelHostname: "small"})
+	waitBound(t, ns, "src")
+	before := allLVs(t)
+
+	createClaim(t, ns, "missing", "copy", "64Mi", corev1.PersistentVolumeFilesystem, "nope")
+	createPod(t, ns, "missing", nil)
+	waitEventSaying(t, ns, "missing", provisioner.ReasonCloneRefused, "PVC "+ns+"/missing is a clone of PVC nope, which does not exist: no volume is made")
+	waitEventSaying(t, ns, "missing", "ProvisioningFailed", "which does not exist: no volume is made")
+
+	group := "snapshot.storage.k8s.io"
+	snap := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "snap"},
+		Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: ptr("copy"), AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			DataSource: &corev1.TypedLocalObjectReference{APIGroup: &group, Kind: "VolumeSnapshot", Name: "s1"},
+			Resources:  corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("64Mi")}}}}
+	_, err := cluster.Client.CoreV1().PersistentVolumeClaims(ns).Create(context.Background(), snap, metav1.CreateOptions{})
+	require.NoError(t, err)
+	createPod(t, ns, "snap", nil)
+	waitEventSaying(t, ns, "snap", "ProvisioningFailed", "asks for a copy of VolumeSnapshot s1 (snapshot.storage.k8s.io): lvm-agent cannot make this copy yet")
+
+	createClaim(t, ns, "copy", "copy", "64Mi", corev1.PersistentVolumeFilesystem, "src")
+	createPod(t, ns, "copy", nil)
+	waitEventSaying(t, ns, "copy", "ProvisioningFailed", "lvm-agent cannot make this copy yet")
+	for _, name := range []string{"missing", "snap", "copy"} {
+		assertNothingMade(t, ns, name, before)
+	}
+}
+
+// Ten clones of a claim on the node the scheduler likes least: each is
+// placed on the source's node before its Pod exists, at the first try.
+func TestCloneOnSourcesNode(t *testing.T) {
+	// The scheduler now prefers big (more free CPU and memory), and small
+	// still fits the eleven Pods.
+	setAllocatable(t, small, "12", "24Gi")
+	setAllocatable(t, big, "64", "256Gi")
+	t.Cleanup(func() { setAllocatable(t, small, "64", "256Gi"); setAllocatable(t, big, "4", "8Gi") })
+	ns := newNamespace(t)
+	storageClass(t, "cloned", storagev1.VolumeBindingWaitForFirstConsumer, corev1.PersistentVolumeReclaimDelete, map[string]string{"volumeGroup": "vg1"})
+	claimAndPod(t, ns, "src", "cloned", "64Mi", corev1.PersistentVolumeFilesystem, map[string]string{corev1.LabelHostname: "small"})
+	waitBound(t, ns, "src")
+	before := allLVs(t)
+	var seen []func() []string
+	for i := range 10 {
+		name := fmt.Sprintf("clone-%d", i)
+		seen = append(seen, recordSelectedNodes(t, ns, name))
+		createClaim(t, ns, name, "cloned", "64Mi", corev1.PersistentVolumeFilesystem, "src")
+	}
+	for i := range 10 {
+		name := fmt.Sprintf("clone-%d", i)
+		waitEventSaying(t, ns, name, provisioner.ReasonClonePlaced, "A clone of PVC src is made on its node, small")
+		createPod(t, ns, name, nil)
+	}
+	for i := range 10 {
+		name := fmt.Sprintf("clone-%d", i)
+		// Until the agents copy (issue 27's next steps), the provisioner
+		// refuses on the right node.
+		waitEventSaying(t, ns, name, "ProvisioningFailed", "on node small: lvm-agent cannot make this copy yet")
+		assert.Equal(t, []string{"small"}, seen[i](), "%s: the source's node at the first try", name)
+		assertNothingMade(t, ns, name, before)
+	}
+}
+
+// A source that cannot be copied: an event on the clone, no node named,
+// nothing made.
+func TestCloneSourceRefused(t *testing.T) {
+	ns := newNamespace(t)
+	storageClass(t, "refuse", storagev1.VolumeBindingWaitForFirstConsumer, corev1.PersistentVolumeReclaimDelete, map[string]string{"volumeGroup": "vg1"})
+	storageClass(t, "refuse-other", storagev1.VolumeBindingWaitForFirstConsumer, corev1.PersistentVolumeReclaimDelete, map[string]string{"volumeGroup": "vg1"})
+	claimAndPod(t, ns, "big-src", "refuse", "128Mi", corev1.PersistentVolumeFilesystem, map[string]string{corev1.LabelHostname: "small"})
+	claimAndPod(t, ns, "other-src", "refuse-other", "64Mi", corev1.PersistentVolumeFilesystem, map[string]string{corev1.LabelHostname: "small"})
+	createClaim(t, ns, "unbound-src", "refuse", "64Mi", corev1.PersistentVolumeFilesystem, "")
+	staticSource(t, ns, "foreign-src", "refuse", "small", map[string]string{kube.AnnSpec: "vg1/foreign"})
+	staticSource(t, ns, "vg-src", "refuse", "small", map[string]string{kube.AnnSpec: "vg9/elsewhere", kube.AnnProvisionedBy: kube.DefaultProvisioner})
+	staticSource(t, ns, "gone-src", "refuse", "gone", map[string]string{kube.AnnSpec: "vg1/lost", kube.AnnProvisionedBy: kube.DefaultProvisioner})
+	waitBound(t, ns, "big-src")
+	waitBound(t, ns, "other-src")
+	before := allLVs(t)
+	for src, says := range map[string]string{
+		"unbound-src": "which is not bound to a volume yet (it is Pending)",
+		"other-src":   `which is of StorageClass "refuse-other"; a clone is of its source's class, not "refuse"`,
+		"big-src":     "which is 128Mi, larger than the 64Mi the clone asks for",
+		"foreign-src": "which is not a local volume of provisioner " + kube.DefaultProvisioner,
+		"vg-src":      "which is in volume group vg9, and StorageClass refuse now makes volumes in vg1",
+		"gone-src":    "which is on node gone (hostname), which is gone",
+	} {
+		name := "of-" + src
+		createClaim(t, ns, name, "refuse", "64Mi", corev1.PersistentVolumeFilesystem, src)
+		waitEventSaying(t, ns, name, provisioner.ReasonCloneRefused, says+": no volume is made")
+		pvc, err := cluster.Client.CoreV1().PersistentVolumeClaims(ns).Get(context.Background(), name, metav1.GetOptions{})
+		require.NoError(t, err)
+		assert.NotContains(t, pvc.Annotations, kube.AnnSelectedNode, "%s: no node named", name)
+		assertNothingMade(t, ns, name, before)
+	}
+}
+
+// staticSource is a claim bound to a hand-made local PV of class on the
+// node of hostname host, with annotations (Retain: nobody deletes an LV).
+func staticSource(t *testing.T, ns, name, class, host string, annotations map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	pvName := ns + "-" + name
+	_, err := cluster.Client.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: pvName, Annotations: annotations},
+		Spec: corev1.PersistentVolumeSpec{StorageClassName: class, PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			Capacity:               corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("64Mi")},
+			AccessModes:            []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			ClaimRef:               &corev1.ObjectReference{Namespace: ns, Name: name},
+			PersistentVolumeSource: corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: "/dev/vg1/" + name}},
+			NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{host}}}}}}}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = cluster.Client.CoreV1().PersistentVolumes().Delete(context.Background(), pvName, metav1.DeleteOptions{})
+	})
+	_, err = cluster.Client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: &class, VolumeName: pvName,
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("64Mi")}}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	waitBound(t, ns, name)
+}
