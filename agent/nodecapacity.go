@@ -24,10 +24,21 @@ func capacityEntries(caps []lvmbackend.Capacity, classes map[string]string) []ku
 	var entries []kube.StorageCapacity
 	for _, c := range caps {
 		for _, vg := range volumeGroupsOf(c.DeviceClass, classes) {
-			entries = append(entries, kube.StorageCapacity{Type: "lvm", Name: vg, Capacity: c.SizeBytes, Free: c.FreeBytes, DeviceClass: c.DeviceClass})
+			entries = append(entries, kube.StorageCapacity{Type: "lvm", Name: vg, Capacity: c.SizeBytes, Free: c.FreeBytes, DeviceClass: c.DeviceClass,
+				Clone: cloneKind(c)})
 		}
 	}
 	return entries
+}
+
+// cloneKind is the kind of clone the agent makes in a device class: a thin
+// snapshot in a thin class (lvmd's CreateLVSnapshot; only topolvm's lvmd
+// reports thin classes), none in a thick one yet.
+func cloneKind(c lvmbackend.Capacity) string {
+	if c.Thin {
+		return kube.CloneSnapshot
+	}
+	return ""
 }
 
 func volumeGroupsOf(deviceClass string, classes map[string]string) []string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -136,7 +137,20 @@ func (a *Agent) create(ctx context.Context, pvc *corev1.PersistentVolumeClaim, s
 	if spec.Striping {
 		req.OptionClass = a.cfg.StripedOptionClass
 	}
-	vol, createErr := a.backend.CreateVolume(ctx, req)
+	var vol *lvmbackend.Volume
+	var createErr error
+	if spec.Source != nil {
+		src, out := cloneable(lvs, spec, t)
+		if src == nil {
+			return out
+		}
+		// At least the source's size: the LV LVM made for a claim of the
+		// same size may be up to an extent larger than the claim asked.
+		vol, createErr = a.backend.SnapshotVolume(ctx, lvmbackend.SnapshotRequest{DeviceClass: t.deviceClass, Name: t.name,
+			Source: src.Name, SizeBytes: max(spec.Size, src.SizeBytes), Tags: req.Tags})
+	} else {
+		vol, createErr = a.backend.CreateVolume(ctx, req)
+	}
 	if createErr == nil {
 		return a.created(ctx, vol)
 	}
@@ -162,12 +176,36 @@ func (a *Agent) create(ctx context.Context, pvc *corev1.PersistentVolumeClaim, s
 		return fail(kube.ReasonUnknownVolumeGroup, createErr)
 	case errors.Is(createErr, lvmbackend.ErrInvalidArgument):
 		return fail(kube.ReasonInvalidSpec, createErr)
+	case errors.Is(createErr, lvmbackend.ErrUnsupported):
+		return fail(kube.ReasonCloneNotSupported, fmt.Errorf("%w: no LV is made", createErr))
+	case errors.Is(createErr, lvmbackend.ErrNotFound):
+		// Only a snapshot answers NotFound for a class it listed: the source.
+		return fail(kube.ReasonVolumeNotFound, fmt.Errorf("the clone's source went away: %w", createErr))
 	case errors.Is(createErr, lvmbackend.ErrExists):
 		// The name is taken in the volume group by an LV this device class
 		// does not list (a thin LV, when a thick class is asked).
 		return fail(kube.ReasonNameConflict, fmt.Errorf("%w: the name is held by an LV outside device class %q; it is left untouched", createErr, t.deviceClass))
 	}
 	return retry(createErr)
+}
+
+// cloneable finds a clone's source among the device class's LVs (lvs):
+// only an LV that lvm-agent made for a claim is copied (never a foreign
+// LV's data into a claim), and only by the kinds this agent makes. The
+// source is nil with the answer otherwise.
+func cloneable(lvs []lvmbackend.Volume, spec kube.CreateSpec, t target) (*lvmbackend.Volume, outcome) {
+	src := spec.Source
+	if src.Kind != kube.CloneSnapshot {
+		return nil, fail(kube.ReasonCloneNotSupported, fmt.Errorf("a clone of kind %q is not made by this agent (it makes %q); no LV is made", src.Kind, kube.CloneSnapshot))
+	}
+	i := slices.IndexFunc(lvs, func(lv lvmbackend.Volume) bool { return lv.Name == src.Name })
+	if i < 0 {
+		return nil, fail(kube.ReasonVolumeNotFound, fmt.Errorf("the clone's source LV %s/%s does not exist; no LV is made", t.deviceClass, src.Name))
+	}
+	if _, ok := OwnerUID(&lvs[i]); !ok {
+		return nil, fail(kube.ReasonNameConflict, fmt.Errorf("the clone's source LV %s/%s was not made by lvm-agent for a claim; it is not copied", t.deviceClass, src.Name))
+	}
+	return &lvs[i], outcome{}
 }
 
 // existing judges an LV already there for a create: found is false when lv

@@ -17,7 +17,7 @@ import (
 // ErrCloneNotSupported refuses a claim that asks for a copy of data (a
 // dataSource or dataSourceRef) that lvm-agent cannot make: an empty volume
 // is not a copy, so no volume is made.
-var ErrCloneNotSupported = errors.New("lvm-agent cannot make this copy yet; no volume is made (an empty volume is not a copy)")
+var ErrCloneNotSupported = errors.New("lvm-agent cannot make this copy; no volume is made (an empty volume is not a copy)")
 
 // ErrCloneSource refuses a clone whose source cannot be copied (the
 // message says why). Nothing is made; the claim is looked at again later,
@@ -144,23 +144,46 @@ func volumeMode(pvc *corev1.PersistentVolumeClaim) corev1.PersistentVolumeMode {
 	return *pvc.Spec.VolumeMode
 }
 
-// provisionClone provisions a claim with a data source: only a clone whose
-// source checks out, on the source's node; another node is given back to
-// the scheduler (the Placer then names the source's node), never used.
-func (p *Provisioner) provisionClone(ctx context.Context, opts controller.ProvisionOptions) (*corev1.PersistentVolume, controller.ProvisioningState, error) {
-	src, err := p.cloneSource(ctx, opts.PVC, opts.StorageClass)
+// cloneFrom is the source of a clone's create spec: only a source that
+// checks out, on its own node, whose agent says it can make clones in the
+// volume group vg. Another node is given back to the scheduler (the Placer
+// then names the source's node), never used.
+func (p *Provisioner) cloneFrom(ctx context.Context, opts controller.ProvisionOptions, node *corev1.Node, vg string) (*kube.CloneSource, controller.ProvisioningState, error) {
+	pvc := opts.PVC
+	src, err := p.cloneSource(ctx, pvc, opts.StorageClass)
 	switch {
 	case errors.Is(err, ErrCloneSource), errors.Is(err, ErrCloneNotSupported):
 		// Never Reschedule: no other node can copy it either.
 		return nil, controller.ProvisioningFinished, err
 	case err != nil:
 		return nil, controller.ProvisioningNoChange, err
-	case src.Node != opts.SelectedNodeName:
+	case src.Node != node.Name:
 		return nil, controller.ProvisioningReschedule, fmt.Errorf("PVC %s/%s is a clone of a volume on node %s and can only be made there, not on %s: %w",
-			opts.PVC.Namespace, opts.PVC.Name, src.Node, opts.SelectedNodeName, ErrWrongNode)
+			pvc.Namespace, pvc.Name, src.Node, node.Name, ErrWrongNode)
 	}
-	return nil, controller.ProvisioningFinished, fmt.Errorf("PVC %s/%s is a clone of %s/%s on node %s: %w",
-		opts.PVC.Namespace, opts.PVC.Name, src.VolumeGroup, src.Name, src.Node, ErrCloneNotSupported)
+	kind := cloneKind(node, p.cfg.CapacityAnnotation, vg)
+	if kind == "" {
+		return nil, controller.ProvisioningFinished, fmt.Errorf("PVC %s/%s is a clone of %s/%s on node %s, whose agent does not say it can clone volumes of volume group %s (annotation %s): %w",
+			pvc.Namespace, pvc.Name, src.VolumeGroup, src.Name, src.Node, vg, p.cfg.CapacityAnnotation, ErrCloneNotSupported)
+	}
+	return &kube.CloneSource{Name: src.Name, Kind: kind}, controller.ProvisioningFinished, nil
+}
+
+// cloneKind is the kind of clone the agent of node says it makes in vg (its
+// capacity annotation's "clone" field), "" when it says none. An agent of
+// the original design, or an older lvm-agent, says none: it would ignore
+// or refuse the spec's source, and must never be sent one.
+func cloneKind(node *corev1.Node, annotation, vg string) string {
+	entries, err := kube.DecodeStorageTopology(node.Annotations[annotation])
+	if err != nil {
+		return ""
+	}
+	for _, e := range entries {
+		if e.Name == vg {
+			return e.Clone
+		}
+	}
+	return ""
 }
 
 // ErrWrongNode: the scheduler picked a node for a clone (a Pod came before

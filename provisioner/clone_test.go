@@ -3,6 +3,7 @@ package provisioner
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -138,18 +139,42 @@ func TestCloneSource(t *testing.T) {
 }
 
 // Provision of a clone: on another node than the source's, the node is given
-// back to the scheduler; on the source's node, refused until the agent copies.
+// back to the scheduler; on the source's node, refused while its agent does
+// not say it clones; asked with the source once it does.
 func TestProvisionClone(t *testing.T) {
 	wffc := class(storagev1.VolumeBindingWaitForFirstConsumer, corev1.PersistentVolumeReclaimDelete, map[string]string{"volumeGroup": "vg0"})
 	client, clone := cloneWorld(t, nil)
-	p := New(client, Config{})
-	_, state, err := p.Provision(context.Background(), controller.ProvisionOptions{StorageClass: wffc, PVName: "pvc-uid-1", PVC: clone, SelectedNodeName: "node-b"})
+	p := New(client, Config{Timeout: 200 * time.Millisecond})
+	provision := func(node string) (controller.ProvisioningState, error) {
+		_, state, err := p.Provision(context.Background(), controller.ProvisionOptions{StorageClass: wffc, PVName: "pvc-uid-1", PVC: clone, SelectedNodeName: node})
+		return state, err
+	}
+	requested := func() map[string]string {
+		got, err := client.CoreV1().PersistentVolumeClaims("ns").Get(context.Background(), "data", metav1.GetOptions{})
+		require.NoError(t, err)
+		return got.Annotations
+	}
+	_, err := client.CoreV1().Nodes().Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-b",
+		Labels: map[string]string{HostnameLabel: "host-b"}}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	state, err := provision("node-b")
 	require.ErrorIs(t, err, ErrWrongNode)
 	assert.Equal(t, controller.ProvisioningReschedule, state)
-	_, state, err = p.Provision(context.Background(), controller.ProvisionOptions{StorageClass: wffc, PVName: "pvc-uid-1", PVC: clone, SelectedNodeName: "node-a"})
+
+	state, err = provision("node-a")
 	require.ErrorIs(t, err, ErrCloneNotSupported)
+	assert.ErrorContains(t, err, "whose agent does not say it can clone volumes of volume group vg0 (annotation csi.alibabacloud.com/storage-topology)")
 	assert.Equal(t, controller.ProvisioningFinished, state)
-	got, err := client.CoreV1().PersistentVolumeClaims("ns").Get(context.Background(), "data", metav1.GetOptions{})
+	assert.NotContains(t, requested(), kube.AnnLifecycle, "no request written")
+
+	_, err = kube.UpdateNodeWithAnnotations(context.Background(), client, "node-a", "", kube.Set(map[string]string{kube.DefaultCapacityAnnotation: kube.EncodeStorageTopology(
+		[]kube.StorageCapacity{{Type: "lvm", Name: "vg0", DeviceClass: "vg0", Capacity: 1 << 40, Free: 1 << 40, Clone: kube.CloneSnapshot}})}))
 	require.NoError(t, err)
-	assert.NotContains(t, got.Annotations, kube.AnnLifecycle, "no request written")
+	_, err = kube.UpdatePvcWithAnnotations(context.Background(), client, "ns", "data", "", kube.Set(map[string]string{kube.AnnSelectedNode: "node-a"}), nil)
+	require.NoError(t, err)
+	state, err = provision("node-a")
+	assert.Equal(t, controller.ProvisioningInBackground, state, "asked, no answer yet: %v", err)
+	spec, err := kube.ParseCreateSpec(requested()[kube.AnnSpec])
+	require.NoError(t, err)
+	assert.Equal(t, kube.CreateSpec{VolumeGroup: "vg0", Name: "pvc-uid-1", Size: 1 << 30, Source: &kube.CloneSource{Name: "pvc-uid-src", Kind: kube.CloneSnapshot}}, spec)
 }

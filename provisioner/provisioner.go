@@ -51,6 +51,9 @@ type Config struct {
 	// provisioning continues in the background (the library calls again,
 	// and the agent's create is idempotent).
 	Timeout time.Duration
+	// CapacityAnnotation is the Node annotation where the agents publish
+	// their capacity, and the kind of clone they make in each volume group.
+	CapacityAnnotation string
 }
 
 // Provisioner implements controller.Provisioner and controller.BlockProvisioner.
@@ -68,6 +71,9 @@ func New(client kubernetes.Interface, cfg Config) *Provisioner {
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = time.Minute
+	}
+	if cfg.CapacityAnnotation == "" {
+		cfg.CapacityAnnotation = kube.DefaultCapacityAnnotation
 	}
 	return &Provisioner{client: client, cfg: cfg}
 }
@@ -96,9 +102,6 @@ func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOp
 	if opts.SelectedNodeName == "" {
 		return nil, controller.ProvisioningFinished, fmt.Errorf("PVC %s/%s has no selected node", pvc.Namespace, pvc.Name)
 	}
-	if dataSource(pvc) != nil {
-		return p.provisionClone(ctx, opts)
-	}
 	size, ok := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
 	if !ok || size.Sign() <= 0 {
 		return nil, controller.ProvisioningFinished, fmt.Errorf("PVC %s/%s requests no storage size", pvc.Namespace, pvc.Name)
@@ -121,13 +124,21 @@ func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOp
 		return nil, controller.ProvisioningReschedule, fmt.Errorf("selected node %s has no %s label for a local PV's node affinity", node.Name, HostnameLabel)
 	}
 
+	if dataSource(pvc) != nil {
+		var state controller.ProvisioningState
+		if spec.Source, state, err = p.cloneFrom(ctx, opts, node, params.VolumeGroup); err != nil {
+			return nil, state, err
+		}
+	}
+
 	wctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
 	answered, err := kube.CreateVolume(wctx, p.client, pvc.Namespace, pvc.Name, spec, nil)
 	var failed *kube.FailedError
 	switch {
-	case errors.Is(err, kube.ErrInsufficientCapacity):
-		// The scheduler's figures were stale: let it pick another node.
+	case errors.Is(err, kube.ErrInsufficientCapacity) && spec.Source == nil:
+		// The scheduler's figures were stale: let it pick another node
+		// (a clone has no other node: its failure is final, below).
 		return nil, controller.ProvisioningReschedule, err
 	case errors.As(err, &failed):
 		return nil, controller.ProvisioningFinished, err

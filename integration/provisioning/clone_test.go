@@ -53,11 +53,11 @@ func TestCloneRefusedNothingMade(t *testing.T) {
 	_, err := cluster.Client.CoreV1().PersistentVolumeClaims(ns).Create(context.Background(), snap, metav1.CreateOptions{})
 	require.NoError(t, err)
 	createPod(t, ns, "snap", nil)
-	waitEventSaying(t, ns, "snap", "ProvisioningFailed", "asks for a copy of VolumeSnapshot s1 (snapshot.storage.k8s.io): lvm-agent cannot make this copy yet")
+	waitEventSaying(t, ns, "snap", "ProvisioningFailed", "asks for a copy of VolumeSnapshot s1 (snapshot.storage.k8s.io): lvm-agent cannot make this copy")
 
 	createClaim(t, ns, "copy", "copy", "64Mi", corev1.PersistentVolumeFilesystem, "src")
 	createPod(t, ns, "copy", nil)
-	waitEventSaying(t, ns, "copy", "ProvisioningFailed", "lvm-agent cannot make this copy yet")
+	waitEventSaying(t, ns, "copy", "ProvisioningFailed", "lvm-agent cannot make this copy")
 	for _, name := range []string{"missing", "snap", "copy"} {
 		assertNothingMade(t, ns, name, before)
 	}
@@ -91,7 +91,7 @@ func TestCloneOnSourcesNode(t *testing.T) {
 		name := fmt.Sprintf("clone-%d", i)
 		// Until the agents copy (issue 27's next steps), the provisioner
 		// refuses on the right node.
-		waitEventSaying(t, ns, name, "ProvisioningFailed", "on node small: lvm-agent cannot make this copy yet")
+		waitEventSaying(t, ns, name, "ProvisioningFailed", "on node small: lvm-agent cannot make this copy")
 		assert.Equal(t, []string{"small"}, seen[i](), "%s: the source's node at the first try", name)
 		assertNothingMade(t, ns, name, before)
 	}
