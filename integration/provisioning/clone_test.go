@@ -3,7 +3,10 @@ package provisioning
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -11,8 +14,11 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/lvm-agent/lvm-agent/integration/harness"
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/lvmbackend/lvmdfake"
 	"github.com/lvm-agent/lvm-agent/provisioner"
 )
 
@@ -31,8 +37,8 @@ func assertNothingMade(t *testing.T, ns, name string, before int) {
 }
 
 // A claim with a data source is never bound to an empty volume: the source
-// does not exist, or is no claim (a VolumeSnapshot), or is a claim lvm-agent
-// cannot copy yet. Before issue 27 all three were bound to a new, empty LV.
+// does not exist, or is no claim (a VolumeSnapshot). Before issue 27 both
+// were bound to a new, empty LV.
 func TestCloneRefusedNothingMade(t *testing.T) {
 	ns := newNamespace(t)
 	storageClass(t, "copy", storagev1.VolumeBindingWaitForFirstConsumer, corev1.PersistentVolumeReclaimDelete, map[string]string{"volumeGroup": "vg1"})
@@ -55,46 +61,125 @@ func TestCloneRefusedNothingMade(t *testing.T) {
 	createPod(t, ns, "snap", nil)
 	waitEventSaying(t, ns, "snap", "ProvisioningFailed", "asks for a copy of VolumeSnapshot s1 (snapshot.storage.k8s.io): lvm-agent cannot make this copy")
 
-	createClaim(t, ns, "copy", "copy", "64Mi", corev1.PersistentVolumeFilesystem, "src")
-	createPod(t, ns, "copy", nil)
-	waitEventSaying(t, ns, "copy", "ProvisioningFailed", "lvm-agent cannot make this copy")
-	for _, name := range []string{"missing", "snap", "copy"} {
+	for _, name := range []string{"missing", "snap"} {
 		assertNothingMade(t, ns, name, before)
 	}
 }
 
-// Ten clones of a claim on the node the scheduler likes least: each is
-// placed on the source's node before its Pod exists, at the first try.
-func TestCloneOnSourcesNode(t *testing.T) {
-	// The scheduler now prefers big (more free CPU and memory), and small
-	// still fits the eleven Pods.
-	setAllocatable(t, small, "12", "24Gi")
-	setAllocatable(t, big, "64", "256Gi")
-	t.Cleanup(func() { setAllocatable(t, small, "64", "256Gi"); setAllocatable(t, big, "4", "8Gi") })
+// Ten thin clones of a claim on the node the scheduler likes least (fewer
+// CPUs, a smaller thin pool): each is placed on the source's node before
+// its Pod exists, made there with one CreateLVSnapshot, and its Pod
+// follows, all at the first try. The clones outlive their source.
+func TestThinClonesOnSourcesNode(t *testing.T) {
+	thin := func(size uint64) lvmdfake.Class {
+		return lvmdfake.Class{Name: "thin", SizeBytes: size, Thin: true, Overprovision: 10}
+	}
+	a := startNodeOf(t, "thin-a", "16", "32Gi", thin(1<<30))
+	startNodeOf(t, "thin-b", "64", "256Gi", thin(100<<30))
+	var snapshots atomic.Int32
+	a.lvm.SetHook(func(op, _, _ string) error {
+		if op == "snapshot" {
+			snapshots.Add(1)
+		}
+		return nil
+	})
 	ns := newNamespace(t)
-	storageClass(t, "cloned", storagev1.VolumeBindingWaitForFirstConsumer, corev1.PersistentVolumeReclaimDelete, map[string]string{"volumeGroup": "vg1"})
-	claimAndPod(t, ns, "src", "cloned", "64Mi", corev1.PersistentVolumeFilesystem, map[string]string{corev1.LabelHostname: "small"})
-	waitBound(t, ns, "src")
-	before := allLVs(t)
+	storageClass(t, "thin", storagev1.VolumeBindingWaitForFirstConsumer, corev1.PersistentVolumeReclaimDelete, map[string]string{"volumeGroup": "thin"})
+	waitCapacity(t, "thin-a", "thin")
+	waitCapacity(t, "thin-b", "thin")
+	waitCloneKind(t, "thin-a", "thin", kube.CloneSnapshot)
+	claimAndPod(t, ns, "src", "thin", "64Mi", corev1.PersistentVolumeFilesystem, map[string]string{corev1.LabelHostname: "thin-a"})
+	_, srcPV := waitBound(t, ns, "src")
+	require.NoError(t, a.lvm.Write("thin", srcPV.Name, 32<<20))
+
 	var seen []func() []string
 	for i := range 10 {
 		name := fmt.Sprintf("clone-%d", i)
 		seen = append(seen, recordSelectedNodes(t, ns, name))
-		createClaim(t, ns, name, "cloned", "64Mi", corev1.PersistentVolumeFilesystem, "src")
+		createClaim(t, ns, name, "thin", "128Mi", corev1.PersistentVolumeFilesystem, "src")
 	}
 	for i := range 10 {
 		name := fmt.Sprintf("clone-%d", i)
-		waitEventSaying(t, ns, name, provisioner.ReasonClonePlaced, "A clone of PVC src is made on its node, small")
+		waitEventSaying(t, ns, name, provisioner.ReasonClonePlaced, "A clone of PVC src is made on its node, thin-a")
 		createPod(t, ns, name, nil)
 	}
 	for i := range 10 {
 		name := fmt.Sprintf("clone-%d", i)
-		// Until the agents copy (issue 27's next steps), the provisioner
-		// refuses on the right node.
-		waitEventSaying(t, ns, name, "ProvisioningFailed", "on node small: lvm-agent cannot make this copy")
-		assert.Equal(t, []string{"small"}, seen[i](), "%s: the source's node at the first try", name)
-		assertNothingMade(t, ns, name, before)
+		pvc, pv := waitBound(t, ns, name)
+		assert.Equal(t, []string{"thin-a"}, seen[i](), "%s: the source's node at the first try", name)
+		assert.Equal(t, "thin-a", pv.Spec.NodeAffinity.Required.NodeSelectorTerms[0].MatchExpressions[0].Values[0])
+		assert.Equal(t, resource.MustParse("128Mi"), pv.Spec.Capacity[corev1.ResourceStorage])
+		lv := lvOfClass(t, a.node, "thin", pv.Name)
+		assert.True(t, lv.Thin)
+		assert.Equal(t, []string{"lvm-agent.pvc." + string(pvc.UID)}, lv.Tags, "owned by the clone's claim only")
+		assert.EqualValues(t, 32<<20, lv.Written, "the source's data")
+		pod := waitPodNode(t, ns, name)
+		assert.Equal(t, "thin-a", pod, "%s: its Pod runs where its volume is", name)
 	}
+	assert.EqualValues(t, 10, snapshots.Load(), "one snapshot per clone")
+
+	deleteClaim(t, ns, "src")
+	pvGone(t, srcPV.Name)
+	lvs, err := a.lvm.List("thin")
+	require.NoError(t, err)
+	assert.Len(t, lvs, 10, "the clones keep their LVs when the source goes")
+}
+
+// waitCloneKind waits until the agent of node says it makes clones of kind
+// in volume group vg.
+func waitCloneKind(t *testing.T, node, vg, kind string) {
+	t.Helper()
+	harness.WaitFor(t, timeout, func(ctx context.Context) (metav1.Object, error) {
+		return cluster.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	}, func(a map[string]string) bool {
+		entries, err := kube.DecodeStorageTopology(a[kube.DefaultCapacityAnnotation])
+		return err == nil && slices.ContainsFunc(entries, func(e kube.StorageCapacity) bool { return e.Name == vg && e.Clone == kind })
+	})
+}
+
+// waitPodNode waits until the scheduler bound the Pod and returns its node.
+func waitPodNode(t *testing.T, ns, name string) string {
+	t.Helper()
+	var node string
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		pod, err := cluster.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err == nil {
+			node = pod.Spec.NodeName
+		}
+		return node != "", nil
+	})
+	if err != nil {
+		dump(t, ns, name)
+	}
+	require.NoError(t, err, "Pod %s/%s not scheduled", ns, name)
+	return node
+}
+
+// lvOfClass is the LV name of class on n.
+func lvOfClass(t *testing.T, n *node, class, name string) lvmdfake.LV {
+	t.Helper()
+	lvs, err := n.lvm.List(class)
+	require.NoError(t, err)
+	i := slices.IndexFunc(lvs, func(lv lvmdfake.LV) bool { return lv.Name == name })
+	require.GreaterOrEqual(t, i, 0, "no LV %s/%s on %s", class, name, n.name)
+	return lvs[i]
+}
+
+// A thick clone (not made yet: lvm-agent publishes no clone kind for a
+// thick class) is placed on its source's node, then refused there.
+func TestThickCloneRefusedOnSourcesNode(t *testing.T) {
+	ns := newNamespace(t)
+	storageClass(t, "thick-copy", storagev1.VolumeBindingWaitForFirstConsumer, corev1.PersistentVolumeReclaimDelete, map[string]string{"volumeGroup": "vg1"})
+	claimAndPod(t, ns, "src", "thick-copy", "64Mi", corev1.PersistentVolumeFilesystem, map[string]string{corev1.LabelHostname: "small"})
+	waitBound(t, ns, "src")
+	before := allLVs(t)
+	seen := recordSelectedNodes(t, ns, "copy")
+	createClaim(t, ns, "copy", "thick-copy", "64Mi", corev1.PersistentVolumeFilesystem, "src")
+	waitEventSaying(t, ns, "copy", provisioner.ReasonClonePlaced, "made on its node, small")
+	createPod(t, ns, "copy", nil)
+	waitEventSaying(t, ns, "copy", "ProvisioningFailed", "on node small, whose agent does not say it can clone volumes of volume group vg1")
+	assert.Equal(t, []string{"small"}, seen())
+	assertNothingMade(t, ns, "copy", before)
 }
 
 // A source that cannot be copied: an event on the clone, no node named,
