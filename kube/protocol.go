@@ -67,8 +67,8 @@ const (
 	// (google/lvmd has no resize call).
 	ReasonResizeNotSupported = "ResizeNotSupported"
 	// ReasonCloneNotSupported: a clone this node cannot make (a snapshot
-	// in a thick device class or of a thick LV, on google/lvmd, or a kind
-	// the agent does not make).
+	// in a thick device class or of a thick LV, on google/lvmd, or a copy
+	// by an agent that cannot read device-mapper).
 	ReasonCloneNotSupported = "CloneNotSupported"
 )
 
