@@ -148,25 +148,25 @@ func volumeMode(pvc *corev1.PersistentVolumeClaim) corev1.PersistentVolumeMode {
 // checks out, on its own node, whose agent says it can make clones in the
 // volume group vg. Another node is given back to the scheduler (the Placer
 // then names the source's node), never used.
-func (p *Provisioner) cloneFrom(ctx context.Context, opts controller.ProvisionOptions, node *corev1.Node, vg string) (*kube.CloneSource, controller.ProvisioningState, error) {
+func (p *Provisioner) cloneFrom(ctx context.Context, opts controller.ProvisionOptions, node *corev1.Node, vg string) (*kube.CloneSource, int64, controller.ProvisioningState, error) {
 	pvc := opts.PVC
 	src, err := p.cloneSource(ctx, pvc, opts.StorageClass)
 	switch {
 	case errors.Is(err, ErrCloneSource), errors.Is(err, ErrCloneNotSupported):
 		// Never Reschedule: no other node can copy it either.
-		return nil, controller.ProvisioningFinished, err
+		return nil, 0, controller.ProvisioningFinished, err
 	case err != nil:
-		return nil, controller.ProvisioningNoChange, err
+		return nil, 0, controller.ProvisioningNoChange, err
 	case src.Node != node.Name:
-		return nil, controller.ProvisioningReschedule, fmt.Errorf("PVC %s/%s is a clone of a volume on node %s and can only be made there, not on %s: %w",
+		return nil, 0, controller.ProvisioningReschedule, fmt.Errorf("PVC %s/%s is a clone of a volume on node %s and can only be made there, not on %s: %w",
 			pvc.Namespace, pvc.Name, src.Node, node.Name, ErrWrongNode)
 	}
 	kind := cloneKind(node, p.cfg.CapacityAnnotation, vg)
 	if kind == "" {
-		return nil, controller.ProvisioningFinished, fmt.Errorf("PVC %s/%s is a clone of %s/%s on node %s, whose agent does not say it can clone volumes of volume group %s (annotation %s): %w",
+		return nil, 0, controller.ProvisioningFinished, fmt.Errorf("PVC %s/%s is a clone of %s/%s on node %s, whose agent does not say it can clone volumes of volume group %s (annotation %s): %w",
 			pvc.Namespace, pvc.Name, src.VolumeGroup, src.Name, src.Node, vg, p.cfg.CapacityAnnotation, ErrCloneNotSupported)
 	}
-	return &kube.CloneSource{Name: src.Name, Kind: kind}, controller.ProvisioningFinished, nil
+	return &kube.CloneSource{Name: src.Name, Kind: kind}, src.Size, controller.ProvisioningFinished, nil
 }
 
 // cloneKind is the kind of clone the agent of node says it makes in vg (its
@@ -185,6 +185,19 @@ func cloneKind(node *corev1.Node, annotation, vg string) string {
 	}
 	return ""
 }
+
+// AnnPreResizeCapacity is Kubernetes' own way to say that a volume's
+// filesystem is smaller than its device (k8s.io/kubernetes
+// pkg/volume/util/resize_util.go): the PV controller, binding a claim to a
+// PV that carries it, sets the claim's status capacity to its value rather
+// than the PV's ("a discrepancy can be intentional": updateClaimStatus in
+// pkg/controller/volume/persistentvolume/pv_controller.go), and kubelet,
+// mounting a volume whose claim's capacity is below the PV's, grows the
+// filesystem (expandVolumeDuringMount in
+// pkg/volume/util/operationexecutor/operation_generator.go; the `local`
+// plugin grows ext4 and xfs) and sets the claim's capacity. A Filesystem
+// clone larger than its source carries the source's size in it.
+const AnnPreResizeCapacity = "volume.alpha.kubernetes.io/pre-resize-capacity"
 
 // ErrWrongNode: the scheduler picked a node for a clone (a Pod came before
 // the Placer named the source's node); the selected node is given back.

@@ -11,7 +11,9 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 
 	"github.com/lvm-agent/lvm-agent/kube"
@@ -177,4 +179,46 @@ func TestProvisionClone(t *testing.T) {
 	spec, err := kube.ParseCreateSpec(requested()[kube.AnnSpec])
 	require.NoError(t, err)
 	assert.Equal(t, kube.CreateSpec{VolumeGroup: "vg0", Name: "pvc-uid-1", Size: 1 << 30, Source: &kube.CloneSource{Name: "pvc-uid-src", Kind: kube.CloneSnapshot}}, spec)
+}
+
+// The PV of a Filesystem clone larger than its source says that its
+// filesystem is the source's size, so that kubelet grows it; a Block clone,
+// or one of its source's size, says nothing.
+func TestProvisionCloneLargerThanItsSource(t *testing.T) {
+	wffc := class(storagev1.VolumeBindingWaitForFirstConsumer, corev1.PersistentVolumeReclaimDelete, map[string]string{"volumeGroup": "vg0"})
+	block := corev1.PersistentVolumeBlock
+	for _, c := range []struct {
+		name string
+		size string
+		mode *corev1.PersistentVolumeMode
+		want map[string]string
+	}{
+		{"larger", "3Gi", nil, map[string]string{kube.AnnSpec: "vg0/pvc-uid-1", AnnPreResizeCapacity: "1Gi"}},
+		{"same size", "1Gi", nil, map[string]string{kube.AnnSpec: "vg0/pvc-uid-1"}},
+		{"larger block", "3Gi", &block, map[string]string{kube.AnnSpec: "vg0/pvc-uid-1"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			client, clone := cloneWorld(t, func(src *corev1.PersistentVolumeClaim, _ *corev1.PersistentVolume, clone *corev1.PersistentVolumeClaim) {
+				clone.Spec.Resources.Requests[corev1.ResourceStorage] = resource.MustParse(c.size)
+				clone.Spec.VolumeMode, src.Spec.VolumeMode = c.mode, c.mode
+				clone.Annotations = map[string]string{kube.AnnSelectedNode: "node-a"}
+			})
+			_, err := kube.UpdateNodeWithAnnotations(context.Background(), client, "node-a", "", kube.Set(map[string]string{kube.DefaultCapacityAnnotation: kube.EncodeStorageTopology(
+				[]kube.StorageCapacity{{Type: "lvm", Name: "vg0", DeviceClass: "vg0", Capacity: 1 << 40, Free: 1 << 40, Clone: kube.CloneSnapshot}})}))
+			require.NoError(t, err)
+			client.PrependWatchReactor("*", func(a clienttesting.Action) (bool, watch.Interface, error) {
+				wi, err := client.Tracker().Watch(a.GetResource(), a.GetNamespace())
+				go func() {
+					_, err := kube.UpdatePvcWithAnnotations(context.Background(), client, "ns", "data", "",
+						kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreated, kube.AnnDevice: "/dev/vg0/pvc-uid-1"}), nil)
+					assert.NoError(t, err)
+				}()
+				return true, wi, err
+			})
+			pv, _, err := New(client, Config{Timeout: 5 * time.Second}).Provision(context.Background(),
+				controller.ProvisionOptions{StorageClass: wffc, PVName: "pvc-uid-1", PVC: clone, SelectedNodeName: "node-a"})
+			require.NoError(t, err)
+			assert.Equal(t, c.want, pv.Annotations)
+		})
+	}
 }

@@ -124,9 +124,10 @@ func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOp
 		return nil, controller.ProvisioningReschedule, fmt.Errorf("selected node %s has no %s label for a local PV's node affinity", node.Name, HostnameLabel)
 	}
 
+	var srcSize int64
 	if dataSource(pvc) != nil {
 		var state controller.ProvisioningState
-		if spec.Source, state, err = p.cloneFrom(ctx, opts, node, params.VolumeGroup); err != nil {
+		if spec.Source, srcSize, state, err = p.cloneFrom(ctx, opts, node, params.VolumeGroup); err != nil {
 			return nil, state, err
 		}
 	}
@@ -153,7 +154,12 @@ func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOp
 	if device == "" {
 		return nil, controller.ProvisioningFinished, fmt.Errorf("PVC %s/%s on node %s: %w", pvc.Namespace, pvc.Name, opts.SelectedNodeName, ErrNoDevice)
 	}
-	return p.localPV(opts, params, reclaim, size, hostname, device), controller.ProvisioningFinished, nil
+	pv := p.localPV(opts, params, reclaim, size, hostname, device)
+	if srcSize > 0 && srcSize < size.Value() && pv.Spec.Local.FSType != nil {
+		// The copy's filesystem is its source's size: see AnnPreResizeCapacity.
+		pv.Annotations[AnnPreResizeCapacity] = resource.NewQuantity(srcSize, resource.BinarySI).String()
+	}
+	return pv, controller.ProvisioningFinished, nil
 }
 
 // localPV is the PV of a created LV. The library adds the claimRef, the

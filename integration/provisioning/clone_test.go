@@ -109,6 +109,9 @@ func TestThinClonesOnSourcesNode(t *testing.T) {
 		assert.Equal(t, []string{"thin-a"}, seen[i](), "%s: the source's node at the first try", name)
 		assert.Equal(t, "thin-a", pv.Spec.NodeAffinity.Required.NodeSelectorTerms[0].MatchExpressions[0].Values[0])
 		assert.Equal(t, resource.MustParse("128Mi"), pv.Spec.Capacity[corev1.ResourceStorage])
+		assert.Equal(t, "64Mi", pv.Annotations[provisioner.AnnPreResizeCapacity])
+		assert.Equal(t, resource.MustParse("64Mi"), pvc.Status.Capacity[corev1.ResourceStorage],
+			"the PV controller says the filesystem is the source's, for kubelet to grow")
 		lv := lvOfClass(t, a.node, "thin", pv.Name)
 		assert.True(t, lv.Thin)
 		assert.Equal(t, []string{"lvm-agent.pvc." + string(pvc.UID)}, lv.Tags, "owned by the clone's claim only")
