@@ -138,7 +138,7 @@ func thickSource(t *testing.T, e *env, root string, size int) []byte {
 // A thick clone: a new LV through lvmd, the source's bytes copied into it
 // and verified, progress at each 10 %, then created.
 func TestThickClone(t *testing.T) {
-	e, root := startCopier(t, &counts{n: []int32{0, 1}})
+	e, root := startCopier(t, &counts{n: []int32{0, 0, 1}})
 	data := thickSource(t, e, root, 40*mib)
 	pvc := e.pvc(t, "default", "pvc", node, cloneSpec("thick", "src", kube.CloneCopy, 64*mib))
 	ann := e.waitPVC(t, "default", "pvc")
@@ -177,7 +177,7 @@ func TestThickCloneWaitsForItsSource(t *testing.T) {
 	pvc, err := e.client.CoreV1().PersistentVolumeClaims("default").Get(context.Background(), "pvc", metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, kube.StateCreating, pvc.Annotations[kube.AnnLifecycle], "no answer while the source is in use")
-	oc.set(0, 1)
+	oc.set(0, 0, 1)
 	ann := e.waitPVC(t, "default", "pvc")
 	assert.Equal(t, kube.StateCreated, ann[kube.AnnLifecycle], ann[kube.AnnError])
 }
@@ -185,7 +185,7 @@ func TestThickCloneWaitsForItsSource(t *testing.T) {
 // An agent killed in the middle of a copy finds the clone's LV on its next
 // attempt and copies again from the start before it answers.
 func TestThickCloneCopiedAgainAfterACrash(t *testing.T) {
-	e, root := startCopier(t, &counts{n: []int32{0, 1}})
+	e, root := startCopier(t, &counts{n: []int32{0, 0, 1}})
 	data := thickSource(t, e, root, 8*mib)
 	// What a killed agent left: the claim's LV made, its device partly
 	// copied (or not at all: 0xee), no answer.

@@ -44,7 +44,8 @@ type device struct {
 }
 
 // copyVolume copies the first size bytes of src to dst and verifies them:
-// only while src's open count is 0 (ErrSourceInUse otherwise), with src
+// only while src's open count is 0 (ErrSourceInUse otherwise) and dst's
+// too, with src
 // opened exclusively (O_EXCL: a mount cannot take it meanwhile) and both
 // opened for direct I/O, then dst flushed and read back, each chunk's
 // CRC-32C compared with the source's. After the copy, src must still have
@@ -58,6 +59,13 @@ func copyVolume(ctx context.Context, oc openCounter, src, dst device, size int64
 		return fmt.Errorf("read the open count of %s: %w", src.path, err)
 	} else if n > 0 {
 		return fmt.Errorf("%w: %s has %d openers", ErrSourceInUse, src.path, n)
+	}
+	// Nor is a clone's volume that something has open ever written (a
+	// request asked again for a clone in use).
+	if n, err := oc.OpenCount(ctx, dst.major, dst.minor); err != nil {
+		return fmt.Errorf("read the open count of %s: %w", dst.path, err)
+	} else if n > 0 {
+		return fmt.Errorf("the clone's volume %s has %d openers: it is not written", dst.path, n)
 	}
 	in, err := openDirect(src.path, unix.O_RDONLY|unix.O_EXCL)
 	if errors.Is(err, unix.EBUSY) {
