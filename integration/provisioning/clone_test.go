@@ -22,6 +22,31 @@ import (
 	"github.com/lvm-agent/lvm-agent/provisioner"
 )
 
+// cloneNamespace is a namespace for a test that leaves nothing behind: its
+// Pods and claims are deleted when it ends, and the volumes of its claims
+// gone (the LVs with them), so that the next tests find the nodes as
+// before.
+func cloneNamespace(t *testing.T) string {
+	t.Helper()
+	ns := newNamespace(t)
+	t.Cleanup(func() {
+		ctx := context.Background()
+		assert.NoError(t, cluster.Client.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))}, metav1.ListOptions{}))
+		assert.NoError(t, cluster.Client.CoreV1().PersistentVolumeClaims(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}))
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+			pvs, err := cluster.Client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, nil
+			}
+			return !slices.ContainsFunc(pvs.Items, func(pv corev1.PersistentVolume) bool {
+				return pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.Namespace == ns && pv.Spec.PersistentVolumeReclaimPolicy == corev1.PersistentVolumeReclaimDelete
+			}), nil
+		})
+		assert.NoError(t, err, "the volumes of namespace %s are not gone", ns)
+	})
+	return ns
+}
+
 // allLVs counts the LVs of both nodes.
 func allLVs(t *testing.T) int { return len(lvNames(t, small)) + len(lvNames(t, big)) }
 
@@ -40,7 +65,7 @@ func assertNothingMade(t *testing.T, ns, name string, before int) {
 // does not exist, or is no claim (a VolumeSnapshot). Before issue 27 both
 // were bound to a new, empty LV.
 func TestCloneRefusedNothingMade(t *testing.T) {
-	ns := newNamespace(t)
+	ns := cloneNamespace(t)
 	storageClass(t, "copy", storagev1.VolumeBindingWaitForFirstConsumer, corev1.PersistentVolumeReclaimDelete, map[string]string{"volumeGroup": "vg1"})
 	claimAndPod(t, ns, "src", "copy", "64Mi", corev1.PersistentVolumeFilesystem, map[string]string{corev1.LabelHostname: "small"})
 	waitBound(t, ns, "src")
@@ -83,7 +108,7 @@ func TestThinClonesOnSourcesNode(t *testing.T) {
 		}
 		return nil
 	})
-	ns := newNamespace(t)
+	ns := cloneNamespace(t)
 	storageClass(t, "thin", storagev1.VolumeBindingWaitForFirstConsumer, corev1.PersistentVolumeReclaimDelete, map[string]string{"volumeGroup": "thin"})
 	waitCapacity(t, "thin-a", "thin")
 	waitCapacity(t, "thin-b", "thin")
@@ -171,7 +196,7 @@ func lvOfClass(t *testing.T, n *node, class, name string) lvmdfake.LV {
 // A thick clone (not made yet: lvm-agent publishes no clone kind for a
 // thick class) is placed on its source's node, then refused there.
 func TestThickCloneRefusedOnSourcesNode(t *testing.T) {
-	ns := newNamespace(t)
+	ns := cloneNamespace(t)
 	storageClass(t, "thick-copy", storagev1.VolumeBindingWaitForFirstConsumer, corev1.PersistentVolumeReclaimDelete, map[string]string{"volumeGroup": "vg1"})
 	claimAndPod(t, ns, "src", "thick-copy", "64Mi", corev1.PersistentVolumeFilesystem, map[string]string{corev1.LabelHostname: "small"})
 	waitBound(t, ns, "src")
@@ -188,7 +213,7 @@ func TestThickCloneRefusedOnSourcesNode(t *testing.T) {
 // A source that cannot be copied: an event on the clone, no node named,
 // nothing made.
 func TestCloneSourceRefused(t *testing.T) {
-	ns := newNamespace(t)
+	ns := cloneNamespace(t)
 	storageClass(t, "refuse", storagev1.VolumeBindingWaitForFirstConsumer, corev1.PersistentVolumeReclaimDelete, map[string]string{"volumeGroup": "vg1"})
 	storageClass(t, "refuse-other", storagev1.VolumeBindingWaitForFirstConsumer, corev1.PersistentVolumeReclaimDelete, map[string]string{"volumeGroup": "vg1"})
 	claimAndPod(t, ns, "big-src", "refuse", "128Mi", corev1.PersistentVolumeFilesystem, map[string]string{corev1.LabelHostname: "small"})
@@ -204,7 +229,7 @@ func TestCloneSourceRefused(t *testing.T) {
 		"unbound-src": "which is not bound to a volume yet (it is Pending)",
 		"other-src":   `which is of StorageClass "refuse-other"; a clone is of its source's class, not "refuse"`,
 		"big-src":     "which is 128Mi, larger than the 64Mi the clone asks for",
-		"foreign-src": "which is not a local volume of provisioner " + kube.DefaultProvisioner,
+		"foreign-src": "which is not a local volume of provisioner " + kube.DefaultProvisioner + " bound to it",
 		"vg-src":      "which is in volume group vg9, and StorageClass refuse now makes volumes in vg1",
 		"gone-src":    "which is on node gone (hostname), which is gone",
 	} {
