@@ -44,6 +44,12 @@ type Config struct {
 	Devices *Devices
 	// Backoff is the first and the longest retry delay of a request.
 	BackoffBase, BackoffMax time.Duration
+
+	// openCounts reads a device's open count for a thick clone's copy
+	// (Devices; nil: no copies); deviceRoot prefixes device paths. Both
+	// are the tests' seams (regular files for devices).
+	openCounts openCounter
+	deviceRoot string
 }
 
 // Agent is the reconciler.
@@ -70,6 +76,9 @@ func New(cfg Config, client kubernetes.Interface, backend lvmbackend.Backend, re
 	}
 	if cfg.OpTimeout <= 0 {
 		cfg.OpTimeout = 2 * time.Minute
+	}
+	if cfg.openCounts == nil && cfg.Devices != nil {
+		cfg.openCounts = cfg.Devices
 	}
 	if cfg.BackoffBase <= 0 {
 		cfg.BackoffBase = 500 * time.Millisecond
@@ -310,7 +319,11 @@ func (a *Agent) answer(r req, out outcome, start time.Time) syncResult {
 		a.metrics.observe(kind, "retry", start)
 		klog.ErrorS(out.err, "Volume operation failed; will retry", "request", k)
 		msg := kube.OneLine(out.err)
-		a.recorder.Event(obj, corev1.EventTypeWarning, "VolumeRetrying", msg)
+		reason := "VolumeRetrying"
+		if out.reason != "" {
+			reason = out.reason // a wait with a name of its own (SourceInUse)
+		}
+		a.recorder.Event(obj, corev1.EventTypeWarning, reason, msg)
 		if c := (kube.Change{kube.AnnError: &msg}); c.Pending(m.GetAnnotations()) {
 			// Conditional like every write: if the object moved on (say, our
 			// final answer landed but its response was lost), the note is

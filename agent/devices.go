@@ -68,6 +68,19 @@ func (d *Devices) confirmActive(ctx context.Context, lv *lvmbackend.Volume) erro
 	return nil
 }
 
+// OpenCount is the kernel's count of openers of a device (a thick clone's
+// source must have none). Without device-mapper access it is an error.
+func (d *Devices) OpenCount(ctx context.Context, major, minor uint32) (int32, error) {
+	if d == nil {
+		return 0, errors.New("device-mapper is not accessible")
+	}
+	info, err := d.dm.InfoByDevice(ctx, major, minor)
+	if err != nil {
+		return 0, err
+	}
+	return info.OpenCount, nil
+}
+
 // name is the device-mapper name of an LV's device, "" when unknown.
 func (d *Devices) name(ctx context.Context, lv *lvmbackend.Volume) string {
 	if d == nil || lv.DevMajor == 0 && lv.DevMinor == 0 {

@@ -24,6 +24,8 @@ type Metrics struct {
 	// Requests labelled for this node but owned elsewhere.
 	misdirected *prometheus.CounterVec
 	answer      *prometheus.HistogramVec
+	// Bytes of thick clones copied (verified or not).
+	copied prometheus.Counter
 }
 
 // NewMetrics registers the metrics with reg (nil: not registered).
@@ -52,10 +54,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		answer: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "lvm_agent_request_answer_seconds",
 			Help:    "Per request: from the agent seeing it (informer event or sweep) to the agent sending its answer: queueing and lvmd calls, not the API server's part.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 1.25, 56)}, []string{"resource"}),
+		copied: prometheus.NewCounter(prometheus.CounterOpts{Name: "lvm_agent_clone_copied_bytes_total",
+			Help: "Bytes the agent copied into thick clones (a copy started again counts again)."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.ops, m.duration, m.writes, m.retries, m.synced, m.queue, m.queueAdds, m.queueLat, m.queueWork,
-			m.unfinished, m.longest, m.misdirected, m.answer)
+			m.unfinished, m.longest, m.misdirected, m.answer, m.copied)
 	}
 	return m
 }

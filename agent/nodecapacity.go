@@ -20,14 +20,29 @@ import (
 // device class under every volume group name that a spec could use to reach
 // it (classes maps volume groups to device classes; a class is also
 // reachable by its own name unless that name is mapped elsewhere).
-func capacityEntries(caps []lvmbackend.Capacity, classes map[string]string) []kube.StorageCapacity {
+func capacityEntries(caps []lvmbackend.Capacity, classes map[string]string, copies bool) []kube.StorageCapacity {
 	var entries []kube.StorageCapacity
 	for _, c := range caps {
 		for _, vg := range volumeGroupsOf(c.DeviceClass, classes) {
-			entries = append(entries, kube.StorageCapacity{Type: "lvm", Name: vg, Capacity: c.SizeBytes, Free: c.FreeBytes, DeviceClass: c.DeviceClass})
+			entries = append(entries, kube.StorageCapacity{Type: "lvm", Name: vg, Capacity: c.SizeBytes, Free: c.FreeBytes, DeviceClass: c.DeviceClass,
+				Clone: cloneKind(c, copies)})
 		}
 	}
 	return entries
+}
+
+// cloneKind is the kind of clone the agent makes in a device class: a thin
+// snapshot in a thin class (lvmd's CreateLVSnapshot; only topolvm's lvmd
+// reports thin classes), a copy in a thick one when the agent copies
+// (copies: it reads device-mapper's open counts), else none.
+func cloneKind(c lvmbackend.Capacity, copies bool) string {
+	switch {
+	case c.Thin:
+		return kube.CloneSnapshot
+	case copies:
+		return kube.CloneCopy
+	}
+	return ""
 }
 
 func volumeGroupsOf(deviceClass string, classes map[string]string) []string {
@@ -61,6 +76,10 @@ type NodeCapacity struct {
 	classes map[string]string
 	metrics *Metrics
 	updates chan []lvmbackend.Capacity
+
+	// Copies: the agent makes thick clones by copying (it reads the
+	// kernel's open counts); published per thick class as "clone":"copy".
+	Copies bool
 
 	// Debounce is how long reports are gathered before one write.
 	Debounce time.Duration
@@ -124,7 +143,7 @@ func (n *NodeCapacity) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case caps := <-n.updates:
-			s.desired = kube.EncodeStorageTopology(capacityEntries(caps, n.classes))
+			s.desired = kube.EncodeStorageTopology(capacityEntries(caps, n.classes, n.Copies))
 			if timer == nil { // a pending retry keeps its backoff
 				timer = time.After(n.Debounce)
 			}

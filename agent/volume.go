@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -123,8 +124,22 @@ func (a *Agent) create(ctx context.Context, pvc *corev1.PersistentVolumeClaim, s
 	case err != nil:
 		return retry(err)
 	}
+	// done answers for the claim's LV, once made or found: a thick clone's
+	// is filled from its source first, every time (a copy cut short by a
+	// crash leaves no mark, so an LV found is copied again).
+	done := func(lv *lvmbackend.Volume) outcome { return a.created(ctx, lv) }
+	var src *lvmbackend.Volume
+	if spec.Source != nil {
+		var out outcome
+		if src, out = a.cloneable(lvs, spec, t); src == nil {
+			return out
+		}
+		if spec.Source.Kind == kube.CloneCopy {
+			done = func(lv *lvmbackend.Volume) outcome { return a.fill(ctx, pvc, src, lv) }
+		}
+	}
 	for i := range lvs {
-		if out, found := a.existing(ctx, &lvs[i], spec, t, tag); found {
+		if out, found := a.existing(&lvs[i], spec, t, tag, done); found {
 			return out
 		}
 	}
@@ -136,9 +151,21 @@ func (a *Agent) create(ctx context.Context, pvc *corev1.PersistentVolumeClaim, s
 	if spec.Striping {
 		req.OptionClass = a.cfg.StripedOptionClass
 	}
-	vol, createErr := a.backend.CreateVolume(ctx, req)
+	if src != nil {
+		// At least the source's size: the LV LVM made for a claim of the
+		// same size may be up to an extent larger than the claim asked.
+		req.SizeBytes = max(spec.Size, src.SizeBytes)
+	}
+	var vol *lvmbackend.Volume
+	var createErr error
+	if spec.Source != nil && spec.Source.Kind == kube.CloneSnapshot {
+		vol, createErr = a.backend.SnapshotVolume(ctx, lvmbackend.SnapshotRequest{DeviceClass: t.deviceClass, Name: t.name,
+			Source: src.Name, SizeBytes: req.SizeBytes, Tags: req.Tags})
+	} else {
+		vol, createErr = a.backend.CreateVolume(ctx, req)
+	}
 	if createErr == nil {
-		return a.created(ctx, vol)
+		return done(vol)
 	}
 	if errors.Is(createErr, lvmbackend.ErrUnavailable) {
 		return retry(createErr)
@@ -146,7 +173,7 @@ func (a *Agent) create(ctx context.Context, pvc *corev1.PersistentVolumeClaim, s
 	lv, err := a.backend.GetVolume(ctx, t.deviceClass, t.name)
 	switch {
 	case err == nil:
-		if out, found := a.existing(ctx, lv, spec, t, tag); found {
+		if out, found := a.existing(lv, spec, t, tag, done); found {
 			return out
 		}
 		return retry(createErr)
@@ -162,6 +189,11 @@ func (a *Agent) create(ctx context.Context, pvc *corev1.PersistentVolumeClaim, s
 		return fail(kube.ReasonUnknownVolumeGroup, createErr)
 	case errors.Is(createErr, lvmbackend.ErrInvalidArgument):
 		return fail(kube.ReasonInvalidSpec, createErr)
+	case errors.Is(createErr, lvmbackend.ErrUnsupported):
+		return fail(kube.ReasonCloneNotSupported, fmt.Errorf("%w: no LV is made", createErr))
+	case errors.Is(createErr, lvmbackend.ErrNotFound):
+		// Only a snapshot answers NotFound for a class it listed: the source.
+		return fail(kube.ReasonVolumeNotFound, fmt.Errorf("the clone's source went away: %w", createErr))
 	case errors.Is(createErr, lvmbackend.ErrExists):
 		// The name is taken in the volume group by an LV this device class
 		// does not list (a thin LV, when a thick class is asked).
@@ -170,9 +202,29 @@ func (a *Agent) create(ctx context.Context, pvc *corev1.PersistentVolumeClaim, s
 	return retry(createErr)
 }
 
+// cloneable finds a clone's source among the device class's LVs (lvs):
+// only an LV that lvm-agent made for a claim is copied (never a foreign
+// LV's data into a claim), and only by the kinds this agent makes (a copy
+// needs the kernel's open counts). The source is nil with the answer
+// otherwise.
+func (a *Agent) cloneable(lvs []lvmbackend.Volume, spec kube.CreateSpec, t target) (*lvmbackend.Volume, outcome) {
+	src := spec.Source
+	if src.Kind == kube.CloneCopy && a.cfg.openCounts == nil {
+		return nil, fail(kube.ReasonCloneNotSupported, fmt.Errorf("this agent makes no thick copy: it cannot read device-mapper (it needs privileged: true) to see that the source is not in use; no LV is made"))
+	}
+	i := slices.IndexFunc(lvs, func(lv lvmbackend.Volume) bool { return lv.Name == src.Name })
+	if i < 0 {
+		return nil, fail(kube.ReasonVolumeNotFound, fmt.Errorf("the clone's source LV %s/%s does not exist; no LV is made", t.deviceClass, src.Name))
+	}
+	if _, ok := OwnerUID(&lvs[i]); !ok {
+		return nil, fail(kube.ReasonNameConflict, fmt.Errorf("the clone's source LV %s/%s was not made by lvm-agent for a claim; it is not copied", t.deviceClass, src.Name))
+	}
+	return &lvs[i], outcome{}
+}
+
 // existing judges an LV already there for a create: found is false when lv
 // neither has the asked name nor belongs to this claim.
-func (a *Agent) existing(ctx context.Context, lv *lvmbackend.Volume, spec kube.CreateSpec, t target, tag string) (out outcome, found bool) {
+func (a *Agent) existing(lv *lvmbackend.Volume, spec kube.CreateSpec, t target, tag string, done func(*lvmbackend.Volume) outcome) (out outcome, found bool) {
 	ours := lv.HasTag(tag)
 	switch {
 	case lv.Name != t.name && !ours:
@@ -184,7 +236,7 @@ func (a *Agent) existing(ctx context.Context, lv *lvmbackend.Volume, spec kube.C
 	case lv.SizeBytes < spec.Size:
 		return fail(kube.ReasonVolumeMismatch, fmt.Errorf("LV %s of this PVC is %d bytes, smaller than the %d asked; it is not resized", t, lv.SizeBytes, spec.Size)), true
 	}
-	return a.created(ctx, lv), true
+	return done(lv), true
 }
 
 // elsewhere finds this claim's LV in the node's other device classes: a

@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
@@ -222,16 +221,15 @@ func (l *Labeller) get(ctx context.Context, k labelKey) (runtime.Object, error) 
 // No Node with the label: host itself, as an agent that cannot read its
 // Node matches it (Node.hostname); several: "", left to the agents' sweep.
 func (l *Labeller) nodeOfHostname(ctx context.Context, host string) (string, error) {
-	nodes, err := l.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{
-		LabelSelector: labels.Set{corev1.LabelHostname: host}.AsSelector().String()})
+	nodes, err := NodesOfHostname(ctx, l.client, host)
 	switch {
 	case err != nil:
 		return "", err
-	case len(nodes.Items) == 0:
+	case len(nodes) == 0:
 		return host, nil
-	case len(nodes.Items) > 1:
-		klog.InfoS("Several Nodes carry a local PV's hostname; not labelling it", "hostname", host, "nodes", len(nodes.Items))
+	case len(nodes) > 1:
+		klog.InfoS("Several Nodes carry a local PV's hostname; not labelling it", "hostname", host, "nodes", len(nodes))
 		return "", nil
 	}
-	return nodes.Items[0].Name, nil
+	return nodes[0], nil
 }

@@ -26,6 +26,10 @@ type StorageCapacity struct {
 	Free uint64 `json:"free"`
 	// DeviceClass is the lvmd device class behind Name.
 	DeviceClass string `json:"deviceClass"`
+	// Clone is the kind of clone the agent makes in Name (CloneSnapshot,
+	// CloneCopy), absent when it makes none: a provisioner sends a clone
+	// only to an agent that says it can make it.
+	Clone string `json:"clone,omitempty"`
 }
 
 // EncodeStorageTopology renders entries as the annotation's value, sorted

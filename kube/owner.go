@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
@@ -152,6 +153,29 @@ func (n Node) Misdirected(obj any) bool {
 	}
 	owned, _ := n.Classify(obj)
 	return !owned
+}
+
+// LocalPVHostname is the kubernetes.io/hostname value of a local PV's node
+// affinity, in the one form OwnsPV accepts (a single term, expression and
+// value): the node the PV's LV lives on, by its label.
+func LocalPVHostname(pv *corev1.PersistentVolume) (string, bool) {
+	key, value, ok := affinityNode(pv)
+	return value, ok && pv.Spec.Local != nil && key == corev1.LabelHostname
+}
+
+// NodesOfHostname names the Nodes whose kubernetes.io/hostname label is
+// host (kubelet's --hostname-override makes it differ from the node name).
+func NodesOfHostname(ctx context.Context, c kubernetes.Interface, host string) ([]string, error) {
+	nodes, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{
+		LabelSelector: labels.Set{corev1.LabelHostname: host}.AsSelector().String()})
+	if err != nil {
+		return nil, fmt.Errorf("list the Nodes of hostname %s: %w", host, err)
+	}
+	names := make([]string, 0, len(nodes.Items))
+	for _, n := range nodes.Items {
+		names = append(names, n.Name)
+	}
+	return names, nil
 }
 
 // affinityNode is the key and the value of a PV's required node affinity,

@@ -66,6 +66,10 @@ const (
 	// ReasonResizeNotSupported: a grow on a node whose lvmd cannot resize
 	// (google/lvmd has no resize call).
 	ReasonResizeNotSupported = "ResizeNotSupported"
+	// ReasonCloneNotSupported: a clone this node cannot make (a snapshot
+	// in a thick device class or of a thick LV, on google/lvmd, or a copy
+	// by an agent that cannot read device-mapper).
+	ReasonCloneNotSupported = "CloneNotSupported"
 )
 
 // PVRequest reports whether state is an open request on a PV: a delete or a grow.

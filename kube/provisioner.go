@@ -31,6 +31,7 @@ var (
 	ErrClaimTerminating     = errors.New(ReasonClaimTerminating)
 	ErrVolumeNotFound       = errors.New(ReasonVolumeNotFound)
 	ErrResizeNotSupported   = errors.New(ReasonResizeNotSupported)
+	ErrCloneNotSupported    = errors.New(ReasonCloneNotSupported)
 	// ErrGone: the object was deleted while waiting.
 	ErrGone = errors.New("object deleted while waiting for the agent")
 )
@@ -58,6 +59,7 @@ var reasonErrors = map[string]error{
 	ReasonInvalidSpec:          ErrInvalidSpec,
 	ReasonVolumeNotFound:       ErrVolumeNotFound,
 	ReasonResizeNotSupported:   ErrResizeNotSupported,
+	ReasonCloneNotSupported:    ErrCloneNotSupported,
 }
 
 // Is matches the sentinel of the reason.

@@ -21,8 +21,12 @@ const (
 	MaxTagBytes = 2048
 )
 
-// specKeys are the keys of the JSON spec, exactly as written.
-var specKeys = map[string]bool{"volumeGroup": true, "name": true, "size": true, "tags": true, "striping": true}
+// specKeys and sourceKeys are the keys of the JSON spec and of its
+// source, exactly as written.
+var (
+	specKeys   = map[string]bool{"volumeGroup": true, "name": true, "size": true, "tags": true, "striping": true, "source": true}
+	sourceKeys = map[string]bool{"name": true, "kind": true}
+)
 
 // CreateSpec is the JSON spec a provisioner writes on a PVC.
 type CreateSpec struct {
@@ -31,7 +35,27 @@ type CreateSpec struct {
 	Size        int64    `json:"size"`
 	Tags        []string `json:"tags,omitempty"`
 	Striping    bool     `json:"striping,omitempty"`
+	// Source, in a clone's spec, is the LV of the same volume group whose
+	// data the new LV starts with.
+	Source *CloneSource `json:"source,omitempty"`
 }
+
+// CloneSource names a clone's source LV and how it is copied.
+type CloneSource struct {
+	Name string `json:"name"`
+	Kind string `json:"kind"`
+}
+
+// Clone kinds: what an agent makes of a clone request for a volume group,
+// as it says in the Node capacity annotation's "clone" field.
+const (
+	// CloneSnapshot: a thin snapshot of the source, activated read-write
+	// (a thin device class, topolvm's lvmd).
+	CloneSnapshot = "snapshot"
+	// CloneCopy: a new LV, and the source's blocks copied into it by the
+	// agent, verified, while nothing has the source open.
+	CloneCopy = "copy"
+)
 
 // ErrInvalidSpec wraps every spec error.
 var ErrInvalidSpec = errors.New("invalid volume spec")
@@ -74,48 +98,75 @@ func ParseCreateSpec(s string) (CreateSpec, error) {
 	if n > MaxTagBytes {
 		return spec, invalid("spec's tags are %d bytes, at most %d allowed", n, MaxTagBytes)
 	}
+	if src := spec.Source; src != nil {
+		switch {
+		case src.Kind != CloneSnapshot && src.Kind != CloneCopy:
+			return spec, invalid("source kind %q is neither %q nor %q", src.Kind, CloneSnapshot, CloneCopy)
+		case src.Name == spec.Name:
+			return spec, invalid("source %q is the LV to be made", src.Name)
+		}
+		if err := validateVolume(spec.VolumeGroup, src.Name); err != nil {
+			return spec, invalid("source: %v", err)
+		}
+	}
 	return spec, nil
 }
 
 // decodeSpec decodes a JSON spec object into spec with exact keys: each key
-// of specKeys at most once, as written, and no other. encoding/json alone
-// matches keys case-insensitively, lets the last duplicate win and skips
-// unknown keys, so `{"name":"a","NAME":"b"}` would name b; the keys are
-// checked on the token stream first, and the object decoded once they pass.
+// of specKeys (and of sourceKeys in its source) at most once, as written,
+// and no other. encoding/json alone matches keys case-insensitively, lets
+// the last duplicate win and skips unknown keys, so `{"name":"a","NAME":"b"}`
+// would name b; the keys are checked on the token stream first, and the
+// object decoded once they pass.
 func decodeSpec(s string, spec *CreateSpec) error {
-	dec := json.NewDecoder(strings.NewReader(s))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return invalid("spec is not valid JSON of the expected shape: not a JSON object")
+	raw, err := exactKeys(s, specKeys, "spec", "volumeGroup, name, size, tags, striping, source")
+	if err != nil {
+		return err
 	}
-	seen := map[string]bool{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return invalid("spec is not valid JSON of the expected shape: %v", err)
+	if src, ok := raw["source"]; ok && string(src) != "null" {
+		if _, err := exactKeys(string(src), sourceKeys, "spec's source", "name, kind"); err != nil {
+			return err
 		}
-		key, _ := tok.(string)
-		switch {
-		case !specKeys[key]:
-			return invalid("spec has the unknown key %s (keys are exact: volumeGroup, name, size, tags, striping)", quoteKey(key))
-		case seen[key]:
-			return invalid("spec has the key %q twice", key)
-		}
-		seen[key] = true
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return invalid("spec is not valid JSON of the expected shape: %v", err)
-		}
-	}
-	if _, err := dec.Token(); err != nil {
-		return invalid("spec is not valid JSON of the expected shape: %v", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return invalid("spec has trailing data after the JSON object")
 	}
 	if err := json.Unmarshal([]byte(s), spec); err != nil {
 		return invalid("spec is not valid JSON of the expected shape: %v", err)
 	}
 	return nil
+}
+
+// exactKeys checks that s is one JSON object with only the given keys, each
+// once, and returns its values by key; what and known name them in errors.
+func exactKeys(s string, keys map[string]bool, what, known string) (map[string]json.RawMessage, error) {
+	dec := json.NewDecoder(strings.NewReader(s))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, invalid("%s is not valid JSON of the expected shape: not a JSON object", what)
+	}
+	values := map[string]json.RawMessage{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, invalid("%s is not valid JSON of the expected shape: %v", what, err)
+		}
+		key, _ := tok.(string)
+		if !keys[key] {
+			return nil, invalid("%s has the unknown key %s (keys are exact: %s)", what, quoteKey(key), known)
+		}
+		if _, seen := values[key]; seen {
+			return nil, invalid("%s has the key %q twice", what, key)
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, invalid("%s is not valid JSON of the expected shape: %v", what, err)
+		}
+		values[key] = v
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, invalid("%s is not valid JSON of the expected shape: %v", what, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, invalid("%s has trailing data after the JSON object", what)
+	}
+	return values, nil
 }
 
 func quoteKey(k string) string {

@@ -86,11 +86,26 @@ type CreateRequest struct {
 	OptionClass string
 }
 
+// SnapshotRequest asks for a thin snapshot of a thin volume, activated
+// read-write: a new volume that starts with the source's data and is
+// independent of it from then on (either may be removed).
+type SnapshotRequest struct {
+	DeviceClass string
+	Name        string
+	// Source is the thin volume of the same device class to snapshot.
+	Source string
+	// SizeBytes must be a positive multiple of 4096, at least the source's.
+	SizeBytes int64
+	Tags      []string
+}
+
 // Capacity is the size and free space of one device class.
 type Capacity struct {
 	DeviceClass string
 	SizeBytes   uint64
 	FreeBytes   uint64
+	// Thin: the class makes thin volumes in a thin pool.
+	Thin bool
 	// ThinPool is the fill of a thin class's pool, where the daemon reports
 	// it (topolvm's lvmd does; nil otherwise).
 	ThinPool *ThinPoolUsage
@@ -121,6 +136,12 @@ type Backend interface {
 	// one wraps ErrNotFound, too little space ErrInsufficientCapacity, and
 	// a dialect without resize ErrUnsupported.
 	ResizeVolume(ctx context.Context, deviceClass, name string, sizeBytes int64) (int64, error)
+	// SnapshotVolume makes a thin snapshot (SnapshotRequest). Like
+	// CreateVolume it is not idempotent. A missing source wraps
+	// ErrNotFound; a thick class or source, or a dialect without
+	// snapshots, ErrUnsupported; too little room ErrInsufficientCapacity;
+	// a size below the source's ErrInvalidArgument.
+	SnapshotVolume(ctx context.Context, req SnapshotRequest) (*Volume, error)
 	// Capacity reports every device class the daemon serves.
 	Capacity(ctx context.Context) ([]Capacity, error)
 	// WatchCapacity calls fn with the capacity of every device class at once

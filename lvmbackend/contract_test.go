@@ -175,6 +175,46 @@ func TestContract(t *testing.T) {
 			require.NoError(t, err, "a thin LV may grow past its pool, within the overprovision ratio")
 			assert.EqualValues(t, 100*mib, size)
 		}},
+		{"snapshot: a thin LV of a thin LV, read-write, with only its own tags, independent of its source", func(t *testing.T, d *daemon) {
+			create(t, d.b, "thin", "src", 8*mib, "lvm-agent.pvc.src")
+			req := lvmbackend.SnapshotRequest{DeviceClass: "thin", Name: "clone", Source: "src", SizeBytes: 12 * mib, Tags: []string{"lvm-agent.pvc.clone"}}
+			v, err := d.b.SnapshotVolume(ctx, req)
+			if d.family == "google" {
+				// google/lvmd has no snapshot call at all.
+				assert.ErrorIs(t, err, lvmbackend.ErrUnsupported)
+				return
+			}
+			require.NoError(t, err)
+			assert.EqualValues(t, 12*mib, v.SizeBytes)
+			got, err := d.b.GetVolume(ctx, "thin", "clone")
+			require.NoError(t, err)
+			assert.True(t, got.Thin())
+			assert.Equal(t, []string{"lvm-agent.pvc.clone"}, got.Tags)
+			_, err = d.b.SnapshotVolume(ctx, req)
+			assert.Error(t, err, "the name is taken")
+			require.NoError(t, d.b.RemoveVolume(ctx, "thin", "src"))
+			_, err = d.b.GetVolume(ctx, "thin", "clone")
+			assert.NoError(t, err, "the clone outlives its source")
+
+			create(t, d.b, "thin", "src2", 8*mib)
+			for _, c := range []struct {
+				req  lvmbackend.SnapshotRequest
+				kind error
+			}{
+				{lvmbackend.SnapshotRequest{DeviceClass: "thin", Name: "c1", Source: "nope", SizeBytes: 8 * mib}, lvmbackend.ErrNotFound},
+				{lvmbackend.SnapshotRequest{DeviceClass: "thin", Name: "c1", Source: "src2", SizeBytes: 4 * mib}, lvmbackend.ErrInvalidArgument},
+				{lvmbackend.SnapshotRequest{DeviceClass: "thin", Name: "c1", Source: "src2", SizeBytes: 200 * mib}, lvmbackend.ErrInsufficientCapacity},
+				{lvmbackend.SnapshotRequest{DeviceClass: "vg1", Name: "c1", Source: "src2", SizeBytes: 8 * mib}, lvmbackend.ErrUnsupported},
+			} {
+				_, err := d.b.SnapshotVolume(ctx, c.req)
+				assert.ErrorIs(t, err, c.kind, "%+v", c.req)
+			}
+			create(t, d.b, "vg1", "thick", 4*mib)
+			_, err = d.b.SnapshotVolume(ctx, lvmbackend.SnapshotRequest{DeviceClass: "vg1", Name: "c1", Source: "thick", SizeBytes: 4 * mib})
+			assert.ErrorIs(t, err, lvmbackend.ErrUnsupported, "lvmd snapshots no thick LV")
+			_, err = d.b.GetVolume(ctx, "thin", "c1")
+			assert.ErrorIs(t, err, lvmbackend.ErrNotFound, "nothing made by a refusal")
+		}},
 		{"get of a missing volume is not found", func(t *testing.T, d *daemon) {
 			_, err := d.b.GetVolume(ctx, "vg1", "nope")
 			assert.ErrorIs(t, err, lvmbackend.ErrNotFound)

@@ -330,6 +330,7 @@ func ClassCapacity(c DirectClass, vg *lvmmeta.VG) Capacity {
 		cp.FreeBytes = free - min(free, c.SpareBytes)
 		return cp
 	}
+	cp.Thin = true
 	pool := vg.LV(c.ThinPool)
 	if pool == nil {
 		return cp

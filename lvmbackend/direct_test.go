@@ -144,7 +144,7 @@ func TestDirectReads(t *testing.T) {
 	// thick: 62 extents, 48 free, less 4 MiB spare; thin: pool of 16 MiB,
 	// twice that overprovisioned, 64 MiB of thin volumes already.
 	assert.Equal(t, []Capacity{{DeviceClass: "thick", SizeBytes: 62 * 4 << 20, FreeBytes: 47 * 4 << 20},
-		{DeviceClass: "thin", SizeBytes: 16 << 20, FreeBytes: 0}}, caps)
+		{DeviceClass: "thin", SizeBytes: 16 << 20, FreeBytes: 0, Thin: true}}, caps)
 
 	assert.Empty(t, f.ops(), "no read reached lvmd")
 	assert.Equal(t, 1.0, testutil.ToFloat64(f.d.direct))

@@ -210,6 +210,12 @@ func (g *GoogleLVMD) ResizeVolume(_ context.Context, deviceClass, name string, _
 		Cause: errors.New("google/lvmd has no resize call: a volume served by google/lvmd cannot grow (use topolvm's lvmd)")}
 }
 
+// SnapshotVolume: google/lvmd has no snapshot call.
+func (g *GoogleLVMD) SnapshotVolume(_ context.Context, req SnapshotRequest) (*Volume, error) {
+	return nil, &Error{Op: "snapshot " + req.DeviceClass + "/" + req.Source + " as " + req.Name, Kind: ErrUnsupported,
+		Cause: errors.New("google/lvmd has no snapshot call: thin clones need topolvm's lvmd")}
+}
+
 // Capacity reports every volume group the daemon sees (vgs), by name.
 func (g *GoogleLVMD) Capacity(ctx context.Context) ([]Capacity, error) {
 	vgs, err := g.volumeGroups(ctx)

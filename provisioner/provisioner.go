@@ -51,6 +51,9 @@ type Config struct {
 	// provisioning continues in the background (the library calls again,
 	// and the agent's create is idempotent).
 	Timeout time.Duration
+	// CapacityAnnotation is the Node annotation where the agents publish
+	// their capacity, and the kind of clone they make in each volume group.
+	CapacityAnnotation string
 }
 
 // Provisioner implements controller.Provisioner and controller.BlockProvisioner.
@@ -68,6 +71,9 @@ func New(client kubernetes.Interface, cfg Config) *Provisioner {
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = time.Minute
+	}
+	if cfg.CapacityAnnotation == "" {
+		cfg.CapacityAnnotation = kube.DefaultCapacityAnnotation
 	}
 	return &Provisioner{client: client, cfg: cfg}
 }
@@ -118,13 +124,22 @@ func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOp
 		return nil, controller.ProvisioningReschedule, fmt.Errorf("selected node %s has no %s label for a local PV's node affinity", node.Name, HostnameLabel)
 	}
 
+	var srcSize int64
+	if dataSource(pvc) != nil {
+		var state controller.ProvisioningState
+		if spec.Source, srcSize, state, err = p.cloneFrom(ctx, opts, node, params.VolumeGroup); err != nil {
+			return nil, state, err
+		}
+	}
+
 	wctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
 	answered, err := kube.CreateVolume(wctx, p.client, pvc.Namespace, pvc.Name, spec, nil)
 	var failed *kube.FailedError
 	switch {
-	case errors.Is(err, kube.ErrInsufficientCapacity):
-		// The scheduler's figures were stale: let it pick another node.
+	case errors.Is(err, kube.ErrInsufficientCapacity) && spec.Source == nil:
+		// The scheduler's figures were stale: let it pick another node
+		// (a clone has no other node: its failure is final, below).
 		return nil, controller.ProvisioningReschedule, err
 	case errors.As(err, &failed):
 		return nil, controller.ProvisioningFinished, err
@@ -139,7 +154,12 @@ func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOp
 	if device == "" {
 		return nil, controller.ProvisioningFinished, fmt.Errorf("PVC %s/%s on node %s: %w", pvc.Namespace, pvc.Name, opts.SelectedNodeName, ErrNoDevice)
 	}
-	return p.localPV(opts, params, reclaim, size, hostname, device), controller.ProvisioningFinished, nil
+	pv := p.localPV(opts, params, reclaim, size, hostname, device)
+	if srcSize > 0 && srcSize < size.Value() && pv.Spec.Local.FSType != nil {
+		// The copy's filesystem is its source's size: see AnnPreResizeCapacity.
+		pv.Annotations[AnnPreResizeCapacity] = resource.NewQuantity(srcSize, resource.BinarySI).String()
+	}
+	return pv, controller.ProvisioningFinished, nil
 }
 
 // localPV is the PV of a created LV. The library adds the claimRef, the

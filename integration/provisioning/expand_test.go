@@ -34,10 +34,16 @@ type growNode struct {
 }
 
 func startGrowNode(t testing.TB, name string) *growNode {
+	return startNodeOf(t, name, "2", "4Gi", lvmdfake.Class{Name: "vg1", SizeBytes: 1 << 30})
+}
+
+// startNodeOf is a Node of its own with cpu and memory, an agent, and the
+// fake lvmd with classes; its Node is deleted when the test ends.
+func startNodeOf(t testing.TB, name, cpu, memory string, classes ...lvmdfake.Class) *growNode {
 	t.Helper()
-	harness.ReadyNode(t, cluster.ControlPlane, name, "2", "4Gi")
+	harness.ReadyNode(t, cluster.ControlPlane, name, cpu, memory)
 	t.Cleanup(func() { _ = cluster.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
-	n := &growNode{node: &node{name: name, lvm: lvmdfake.NewLVM(lvmdfake.Class{Name: "vg1", SizeBytes: 1 << 30})}}
+	n := &growNode{node: &node{name: name, lvm: lvmdfake.NewLVM(classes...)}}
 	_, n.socket = harness.ServeLVMD(t, n.lvm)
 	n.startAgent(t)
 	return n

@@ -52,15 +52,30 @@ func storageClass(t testing.TB, name string, mode storagev1.VolumeBindingMode, r
 // claimAndPod creates a claim of class and a Pod that uses it, as a user does.
 func claimAndPod(t testing.TB, ns, name, class, size string, mode corev1.PersistentVolumeMode, nodeSelector map[string]string) {
 	t.Helper()
-	ctx := context.Background()
-	_, err := cluster.Client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, &corev1.PersistentVolumeClaim{
+	createClaim(t, ns, name, class, size, mode, "")
+	createPod(t, ns, name, nodeSelector)
+}
+
+// createClaim creates a claim of class; with source, a clone of that claim.
+func createClaim(t testing.TB, ns, name, class, size string, mode corev1.PersistentVolumeMode, source string) {
+	t.Helper()
+	pvc := &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: &class, VolumeMode: &mode,
 			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)}}},
-	}, metav1.CreateOptions{})
+	}
+	if source != "" {
+		pvc.Spec.DataSource = &corev1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: source}
+	}
+	_, err := cluster.Client.CoreV1().PersistentVolumeClaims(ns).Create(context.Background(), pvc, metav1.CreateOptions{})
 	require.NoError(t, err)
-	_, err = cluster.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+}
+
+// createPod creates a Pod named name that uses the claim of that name.
+func createPod(t testing.TB, ns, name string, nodeSelector map[string]string) {
+	t.Helper()
+	_, err := cluster.Client.CoreV1().Pods(ns).Create(context.Background(), &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: corev1.PodSpec{NodeSelector: nodeSelector, Containers: []corev1.Container{{Name: "app", Image: "busybox",
 			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi")}}}},
@@ -255,20 +270,32 @@ func TestImmediateClassRefused(t *testing.T) {
 
 func waitEvent(t testing.TB, ns, object, reason string) corev1.Event {
 	t.Helper()
+	return waitEventSaying(t, ns, object, reason, "")
+}
+
+// waitEventSaying waits for an event of reason on object whose message
+// contains text.
+func waitEventSaying(t testing.TB, ns, object, reason, text string) corev1.Event {
+	t.Helper()
 	var found corev1.Event
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		evs, err := cluster.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
 			"involvedObject.name": object, "reason": reason}.String()})
-		if err != nil || len(evs.Items) == 0 {
+		if err != nil {
 			return false, nil
 		}
-		found = evs.Items[0]
-		return true, nil
+		for _, ev := range evs.Items {
+			if strings.Contains(ev.Message, text) {
+				found = ev
+				return true, nil
+			}
+		}
+		return false, nil
 	})
 	if err != nil {
 		dump(t, ns, object)
 	}
-	require.NoError(t, err, "no %s event on %s/%s", reason, ns, object)
+	require.NoError(t, err, "no %s event saying %q on %s/%s", reason, text, ns, object)
 	return found
 }
 

@@ -59,6 +59,10 @@ var (
 	errExists   = errors.New("already exists")
 	errNotFound = errors.New("not found")
 	errBadSize  = errors.New("invalid size")
+	// errUnimplemented and errTooSmall are lvmd's CreateLVSnapshot
+	// refusals: a thick class or source, a size below the source's.
+	errUnimplemented = errors.New("unimplemented")
+	errTooSmall      = errors.New("too small")
 )
 
 type class struct {
@@ -115,7 +119,7 @@ func (m *LVM) optionClass(name string) bool { m.mu.Lock(); defer m.mu.Unlock(); 
 func (m *LVM) SetLatency(d time.Duration) { m.mu.Lock(); m.latency = d; m.mu.Unlock() }
 
 // SetHook installs fn, called at the start of every operation (op is
-// "create", "remove", "resize" or "list"); a non-nil error is returned to the client
+// "create", "remove", "resize", "snapshot" or "list"); a non-nil error is returned to the client
 // as the daemon's internal error.
 func (m *LVM) SetHook(fn func(op, class, name string) error) { m.mu.Lock(); m.hook = fn; m.mu.Unlock() }
 
@@ -164,6 +168,59 @@ func (m *LVM) Create(className, name string, size uint64, tags []string) (LV, er
 	m.mu.Unlock()
 	lv := &LV{Class: className, Name: name, SizeBytes: (size + ExtentSize - 1) / ExtentSize * ExtentSize,
 		Tags: append([]string(nil), tags...), Major: 253, Minor: minor, Thin: c.Thin}
+	c.lvs[name] = lv
+	m.notify()
+	return *lv, nil
+}
+
+// Snapshot makes a thin snapshot of source in a thin class, as topolvm's
+// lvmd (v0.41, internal/lvmd/lvservice.go CreateLVSnapshot) does: the class
+// must be thin (else errUnimplemented) and the source a thin LV of it
+// (missing: errNotFound; thick: errUnimplemented); size 0 is the source's
+// size, a smaller one errTooSmall; the pool's overprovisioned free space
+// must hold size (errNoSpace); the name must be free (lvcreate's refusal,
+// Internal). The snapshot is a thin LV with only the tags asked (lvcreate
+// --addtag), not tied to its source: removing either leaves the other.
+// access is the activation, "rw" or "ro"; any other fails after the
+// lvcreate and the snapshot is removed again, as lvmd does.
+func (m *LVM) Snapshot(className, name, source string, size uint64, tags []string, access string) (LV, error) {
+	c, latency, err := m.begin("snapshot", className, name)
+	if err != nil {
+		return LV{}, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	time.Sleep(latency)
+	if !c.Thin {
+		return LV{}, fmt.Errorf("%w: device class is not thin. Thick snapshots are not implemented yet", errUnimplemented)
+	}
+	src, ok := c.lvs[source]
+	switch {
+	case !ok:
+		return LV{}, fmt.Errorf("%w: source logical volume %s is not found", errNotFound, source)
+	case !src.Thin && src.Pool == "":
+		return LV{}, fmt.Errorf("%w: snapshot can be created for only thin volumes", errUnimplemented)
+	case size == 0:
+		size = src.SizeBytes
+	case size < src.SizeBytes:
+		return LV{}, fmt.Errorf("%w: requested size %v is smaller than source logical volume: %v", errTooSmall, size, src.SizeBytes)
+	}
+	if free := c.free(); free < size {
+		return LV{}, fmt.Errorf("%w: free=%d, desiredSize=%d", errNoSpace, free, size)
+	}
+	if !m.claim(c.VG, name) {
+		return LV{}, fmt.Errorf("Logical Volume %q %w in volume group %q", name, errExists, c.VG)
+	}
+	if access != "rw" && access != "ro" {
+		m.unclaim(c.VG, name)
+		return LV{}, fmt.Errorf("unknown access: %s for LogicalVolume %s/%s", access, c.VG, name)
+	}
+	m.mu.Lock()
+	m.minor++
+	minor := m.minor
+	m.mu.Unlock()
+	lv := &LV{Class: className, Name: name, SizeBytes: (size + ExtentSize - 1) / ExtentSize * ExtentSize,
+		Tags: append([]string(nil), tags...), Major: 253, Minor: minor, Thin: true, Written: src.Written}
 	c.lvs[name] = lv
 	m.notify()
 	return *lv, nil

@@ -103,6 +103,17 @@ func (s lvService) ResizeLV(_ context.Context, req *proto.ResizeLVRequest) (*pro
 	return &proto.ResizeLVResponse{SizeBytes: int64(lv.SizeBytes)}, nil
 }
 
+// CreateLVSnapshot is lvmd's thin snapshot (LVM.Snapshot), answered as
+// lvmd answers: the snapshot's name, size and device numbers, no path.
+func (s lvService) CreateLVSnapshot(_ context.Context, req *proto.CreateLVSnapshotRequest) (*proto.CreateLVSnapshotResponse, error) {
+	lv, err := s.m.Snapshot(req.GetDeviceClass(), req.GetName(), req.GetSourceVolume(), uint64(req.GetSizeBytes()), req.GetTags(), req.GetAccessType())
+	if err != nil {
+		return nil, topolvmStatus(err)
+	}
+	return &proto.CreateLVSnapshotResponse{Snapshot: &proto.LogicalVolume{Name: lv.Name, SizeBytes: int64(lv.SizeBytes),
+		DevMajor: lv.Major, DevMinor: lv.Minor}}, nil
+}
+
 func (s vgService) GetLVList(_ context.Context, req *proto.GetLVListRequest) (*proto.GetLVListResponse, error) {
 	lvs, err := s.m.List(req.GetDeviceClass())
 	if err != nil {
@@ -156,6 +167,10 @@ func topolvmStatus(err error) error {
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, errNoSpace):
 		return status.Error(codes.ResourceExhausted, err.Error())
+	case errors.Is(err, errUnimplemented):
+		return status.Error(codes.Unimplemented, err.Error())
+	case errors.Is(err, errTooSmall):
+		return status.Error(codes.OutOfRange, err.Error())
 	default:
 		return status.Error(codes.Internal, err.Error())
 	}
