@@ -355,7 +355,7 @@ func (a *Agent) claimNow(ctx context.Context, pvc *corev1.PersistentVolumeClaim)
 	case apierrors.IsNotFound(err):
 		return nil, nil
 	case err != nil:
-		return nil, fmt.Errorf("read claim %s/%s before its LV is made: %w", pvc.Namespace, pvc.Name, err)
+		return nil, fmt.Errorf("read claim %s/%s around its lvcreate: %w", pvc.Namespace, pvc.Name, err)
 	case now.UID != pvc.UID:
 		return nil, nil
 	}
@@ -365,9 +365,10 @@ func (a *Agent) claimNow(ctx context.Context, pvc *corev1.PersistentVolumeClaim)
 // made is the answer for the LV this create has just made. The claim is
 // read again first: if it went away, or began to be deleted, while the
 // lvcreate was on its way (a call held by lvmd or the VG lock), the LV is
-// removed again, since nothing can use it: the claim never had an answer
-// with it, and no Pod holds a claim that is gone or being deleted. It is
-// then answered on the claim's next version (none, or ClaimTerminating).
+// removed again, since nothing can use it: this lvcreate made it, so no
+// answer has named it yet, and a claim that is gone or being deleted gets
+// none. The request is then handled as it is now (gone, or answered
+// ClaimTerminating).
 // When the claim cannot be read, the LV stays and the create is retried:
 // the next attempt finds the LV by its tag.
 func (a *Agent) made(ctx context.Context, pvc *corev1.PersistentVolumeClaim, vol *lvmbackend.Volume, t target) outcome {
