@@ -41,7 +41,8 @@ rc=0
   bash /opt/lvm-agent/guest/powercut.sh check | tee "$share/check.log" || rc=$?
 recover=$(($(date +%s) - cut))
 
-read -r synced lost changed < <(sed -n 's/^powercut: synced \([0-9]*\), lost \([0-9]*\), changed \([0-9]*\)$/\1 \2 \3/p' "$share/check.log") || true
+# (The console's lines end in \r\n.)
+read -r synced lost changed < <(tr -d '\r' <"$share/check.log" | sed -n 's/^powercut: synced \([0-9]*\), lost \([0-9]*\), changed \([0-9]*\)$/\1 \2 \3/p') || true
 printf '\n%-28s %7s %6s %8s %11s %6s %7s\n' scenario volumes faults "synced" "recover s" lost changed
 printf '%-28s %7s %6s %8s %11s %6s %7s\n' "power cut (LVM, ext4)" 2 1 "${synced:-?}" "$recover" "${lost:-?}" "${changed:-?}"
 log "$([ $rc -eq 0 ] && echo OK || echo "FAILED (exit $rc)") in $((SECONDS - t0)) s (recover: from the cut to the second boot's check done, its boot included)"
