@@ -315,6 +315,11 @@ func (a *Agent) answer(r req, out outcome, start time.Time) syncResult {
 	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.OpTimeout)
 	defer cancel()
 	kind := opKind(obj)
+	if out.changed {
+		klog.V(2).InfoS("Request changed while it was handled; nothing answered, reading it again", "request", k)
+		a.reread(ctx, k, obj)
+		return syncRetry
+	}
 	if out.state == "" {
 		a.metrics.observe(kind, "retry", start)
 		klog.ErrorS(out.err, "Volume operation failed; will retry", "request", k)

@@ -168,9 +168,14 @@ func TestHybridLabelledRequest(t *testing.T) {
 
 // Issue 14, item 10: a stale object handed over by a sweep (its answer gets
 // a 409 Conflict) is read again, not retried with the same version for ever.
+// Its LV is there from an earlier attempt: one still to be made is checked
+// against the claim before lvcreate (TestNoVolumeForAnsweredRequest), so
+// the stale version would not reach the answer.
 func TestStaleSweptObjectReadAgain(t *testing.T) {
 	e, _ := startHybrid(t)
 	pvc := e.pvc(t, "default", "pvc", node, spec(`{"volumeGroup":"thick","name":"lv1","size":4096}`))
+	_, err := e.lvm.Create("thick", "lv1", 4096, []string{OwnerTag(pvc.UID)})
+	require.NoError(t, err)
 	conflicts := 0
 	e.client.PrependReactor("patch", "persistentvolumeclaims", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		var p struct {

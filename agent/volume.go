@@ -49,6 +49,8 @@ type outcome struct {
 	err    error
 	device string // with created: the LV's device path, when known
 	size   int64  // with expanded: the LV's size in bytes
+	// changed: the request changed while it was handled; no answer.
+	changed bool
 }
 
 func final(state string) outcome { return outcome{state: state} }
@@ -58,6 +60,11 @@ func fail(reason string, err error) outcome {
 }
 
 func retry(err error) outcome { return outcome{err: err} }
+
+// changed is the outcome of a request that changed, or went away, while it
+// was handled: nothing is answered, and it is handled again as the API
+// server has it now.
+func changed() outcome { return outcome{changed: true} }
 
 // target is the LV a request is about.
 type target struct{ deviceClass, name string }
@@ -146,6 +153,16 @@ func (a *Agent) create(ctx context.Context, pvc *corev1.PersistentVolumeClaim, s
 	if out, found := a.elsewhere(ctx, t, tag); found {
 		return out
 	}
+	// Only the claim as the API server has it now gets an LV, not the one an
+	// informer last showed: that may have been answered by another agent of
+	// the node, its LV made and removed, and the claim deleted meanwhile
+	// (issue 29: an LV left after "deleted").
+	switch now, err := a.claimNow(ctx, pvc); {
+	case err != nil:
+		return retry(err)
+	case now == nil || now.ResourceVersion != pvc.ResourceVersion:
+		return changed()
+	}
 	req := lvmbackend.CreateRequest{DeviceClass: t.deviceClass, Name: t.name, SizeBytes: spec.Size,
 		Tags: append(append([]string(nil), spec.Tags...), tag)}
 	if spec.Striping {
@@ -165,7 +182,7 @@ func (a *Agent) create(ctx context.Context, pvc *corev1.PersistentVolumeClaim, s
 		vol, createErr = a.backend.CreateVolume(ctx, req)
 	}
 	if createErr == nil {
-		return done(vol)
+		return a.made(ctx, pvc, vol, t, done)
 	}
 	if errors.Is(createErr, lvmbackend.ErrUnavailable) {
 		return retry(createErr)
@@ -380,6 +397,49 @@ func (a *Agent) claimGone(ctx context.Context, pv *corev1.PersistentVolume, lv *
 		return outcome{}, true
 	}
 	return fail(kube.ReasonClaimInUse, fmt.Errorf("%s (UID %s), the owner of LV %s, still exists: the LV is left untouched; delete the claim first", owner, uid, t)), false
+}
+
+// claimNow reads pvc from the API server (a consistent read): nil when it
+// is gone or another claim has its name now.
+func (a *Agent) claimNow(ctx context.Context, pvc *corev1.PersistentVolumeClaim) (*corev1.PersistentVolumeClaim, error) {
+	now, err := a.client.CoreV1().PersistentVolumeClaims(pvc.Namespace).Get(ctx, pvc.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("read claim %s/%s around its lvcreate: %w", pvc.Namespace, pvc.Name, err)
+	case now.UID != pvc.UID:
+		return nil, nil
+	}
+	return now, nil
+}
+
+// made is the answer for the LV this create has just made (done: filled
+// first, for a thick clone). The claim is
+// read again first: if it went away, or began to be deleted, while the
+// lvcreate was on its way (a call held by lvmd or the VG lock), the LV is
+// removed again, since nothing can use it: this lvcreate made it, so no
+// answer has named it yet, and a claim that is gone or being deleted gets
+// none. The request is then handled as it is now (gone, or answered
+// ClaimTerminating).
+// When the claim cannot be read, the LV stays and the create is retried:
+// the next attempt finds the LV by its tag.
+func (a *Agent) made(ctx context.Context, pvc *corev1.PersistentVolumeClaim, vol *lvmbackend.Volume, t target, done func(*lvmbackend.Volume) outcome) outcome {
+	now, err := a.claimNow(ctx, pvc)
+	switch {
+	case err != nil:
+		return retry(err)
+	case now != nil && now.DeletionTimestamp == nil:
+		return done(vol)
+	case vol.HasTag(ProtectedTag):
+		klog.InfoS("Claim went away while its LV was made; the LV is tagged protected and stays", "request", klog.KObj(pvc), "lv", t)
+		return changed()
+	}
+	if err := a.backend.RemoveVolume(ctx, t.deviceClass, t.name); err != nil && !errors.Is(err, lvmbackend.ErrNotFound) {
+		return retry(fmt.Errorf("claim went away while its LV %s was made; removing the LV: %w", t, err))
+	}
+	klog.InfoS("Claim went away while its LV was made; LV removed", "request", klog.KObj(pvc), "lv", t)
+	return changed()
 }
 
 // created is the answer for an LV of ours, once the kernel confirms its

@@ -72,6 +72,17 @@ func (v *Volume) Plain() (plain, known bool) {
 	return v.Attr[0] == '-' || v.Attr[0] == 'V', true
 }
 
+// Active reports whether lvm's lv_attr says the volume's device is active:
+// its fifth character, the state, is 'a' ('-' is inactive; the others are
+// a device suspended, or present without a live table). known is false
+// when the dialect did not report lv_attr.
+func (v *Volume) Active() (active, known bool) {
+	if len(v.Attr) < 5 {
+		return false, false
+	}
+	return v.Attr[4] == 'a', true
+}
+
 // Thin reports whether lvm says the volume is a thin volume.
 func (v *Volume) Thin() bool { return len(v.Attr) > 0 && v.Attr[0] == 'V' }
 

@@ -292,6 +292,10 @@ func (s statusCheck) pvcRow(p *corev1.PersistentVolumeClaim, seen map[string]boo
 			r.Check, r.Detail = checkNotOurs, "the LV lacks the tag "+agent.OwnerTag(p.UID)
 		case s.devs != nil && !strings.HasPrefix(r.Device, "active"):
 			r.Check, r.Detail = checkDevice, "the LV's device "+devNum(v).String()+" is "+r.Device+" in device-mapper"
+		case s.devs == nil && !lvActive(v):
+			// Without device-mapper (the agent's unprivileged container),
+			// lvm's own word: lvmd's lv_attr, read as root.
+			r.Check, r.Detail = checkDevice, "lvm reports the LV not active (lv_attr "+v.Attr+"); device-mapper not read"
 		}
 	}
 	return r, true
@@ -461,6 +465,12 @@ func readDevices(ctx context.Context, path string) (map[devmapper.DevNum]devmapp
 		return nil, "not read: " + err.Error()
 	}
 	return devs, ""
+}
+
+// lvActive is false only when lvm's lv_attr says the LV is not active.
+func lvActive(v lvmbackend.Volume) bool {
+	active, known := v.Active()
+	return active || !known
 }
 
 func devNum(v lvmbackend.Volume) devmapper.DevNum {

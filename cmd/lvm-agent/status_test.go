@@ -167,3 +167,26 @@ func TestStatusLocalPVByHostname(t *testing.T) {
 	assert.Equal(t, []string{"pv/by-label"}, rows(labelled))
 	assert.Equal(t, []string{"pv/by-name"}, rows(fake.NewClientset()), "no Node: matched with the node name")
 }
+
+// Issue 29: an LV of a created PVC that is not active after a boot is a
+// problem, also where device-mapper cannot be read (the agent's
+// unprivileged container): lvm's lv_attr says so.
+func TestStatusInactiveLVWithoutDeviceMapper(t *testing.T) {
+	pvc := corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "data", UID: "uid-1",
+		Annotations: map[string]string{kube.AnnLifecycle: kube.StateCreated, kube.AnnSelectedNode: "node-1",
+			kube.AnnSpec: `{"volumeGroup":"vg1","name":"lv1","size":4096}`}}}
+	for _, tc := range []struct{ attr, check string }{
+		{"-wi-a-----", checkOK},
+		{"-wi-------", checkDevice},
+		{"Vwi-s-tz--", checkDevice},
+		{"", checkOK}, // the dialect reports no lv_attr: unknown, not a problem
+	} {
+		s := statusCheck{node: kube.Node{Name: "node-1"}, now: time.Now(), stuckAfter: time.Minute,
+			lvs: map[string]lvmbackend.Volume{"vg1/lv1": {DeviceClass: "vg1", Name: "lv1", SizeBytes: 4 << 20, Attr: tc.attr,
+				Tags: []string{agent.OwnerTag("uid-1")}}}}
+		rep := s.report([]corev1.PersistentVolumeClaim{pvc}, nil)
+		require.NotEmpty(t, rep.Volumes)
+		assert.Equal(t, tc.check, rep.Volumes[0].Check, "lv_attr %q: %+v", tc.attr, rep.Volumes[0])
+		assert.Equal(t, tc.check != checkOK, rep.Summary.OtherProblems == 1, tc.attr)
+	}
+}

@@ -46,7 +46,8 @@ status shows the node's volume requests (API side) next to lvmd's LVs and
 flags MISSING-LV (created PVC, no LV), ORPHAN-LV (an LV the orphan collector
 would remove: lvm-agent's tag, and nothing refers to it), STUCK (creating/deleting for longer than
 --stuck-after, or with a volume.error), LV-NOT-OURS, BAD-SPEC and
-DEVICE-INACTIVE (created PVC whose LV device is not active). Where
+DEVICE-INACTIVE (created PVC whose LV device is not active, as
+device-mapper says, or where it is not readable lvm's lv_attr). Where
 device-mapper is readable (root on the node) the DEVICE column shows each
 LV's device state and the pool space a thin LV maps, and the thin pools
 holding the LVs are listed with their fill; a failed, read-only, full or

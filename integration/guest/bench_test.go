@@ -193,8 +193,10 @@ func TestBench(t *testing.T) {
 		fmtDur(mc.mean(`lvm_agent_workqueue_wait_seconds`, `name="lvm-agent"`)), fmtDur(m2.sub(m1).mean(`lvm_agent_workqueue_wait_seconds`, `name="lvm-agent"`)))
 	r.line("  (b)-(a): create +%s, delete +%s; of that, two informer hops (request -> agent, answer -> provisioner) ~ %s",
 		fmtDur(bCreate-aCreate), fmtDur(bDelete-aRemove), fmtDur(2*watchLat))
-	// The agent's own API round trips in a delete: the claim check (a Get
-	// of the PVC) and the answer (a patch of the PV).
+	// The agent's own API round trips: in a delete, the claim check (a Get
+	// of the PVC) and the answer (a patch of the PV); in a create, a Get of
+	// the PVC before and after lvcreate (so three PVC gets per create and
+	// delete of (b)).
 	r.line("  agent's API requests during (b), mean (its request metric): PVC get %s over %d, PV patch %s over %d",
 		fmtDur(mc.mean(`lvm_agent_kube_request_duration_seconds`, `resource="persistentvolumeclaims",verb="get"`)),
 		int(mc[`lvm_agent_kube_request_duration_seconds_count{resource="persistentvolumeclaims",verb="get"}`]),

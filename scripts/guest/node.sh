@@ -7,8 +7,8 @@
 #   demo   (`make demo`) the core story: the cluster comes up (cluster.sh);
 #          lvm-agent installed as a user would (`kubectl apply -k
 #          deploy/overlays/guest`: the agent and topolvm's lvmd as a
-#          DaemonSet, lvmd running the node's lvm through nsenter, on a
-#          loop-backed vg1, the VG deploy/base's lvmd config names; the
+#          DaemonSet, lvmd running the node's lvm through nsenter, on vg1,
+#          the VG deploy/base's lvmd config names (on --vg-device); the
 #          provisioner Deployment); deploy/examples' thick StorageClass, a
 #          Filesystem PVC and a Pod that writes and fsyncs a file; the Pod
 #          deleted and created again reads the same bytes; a volumeMode: Block
@@ -30,7 +30,10 @@
 #          way, beside lvextend + resize2fs by hand (bench-grow.sh).
 #
 #   node.sh [--bin DIR] [--mode demo|full|bench] [--runs N] [--install kustomize|helm]
+#           [--vg-device DEV]
 #       DIR: guest-files.sh's binaries, images/, deploy/ and charts/ (/opt/lvm-agent)
+#       DEV: the node's disk for vg1 (scripts/vm/node.sh and test.sh attach a
+#       sparse file of the host as /dev/vda); without it, a sparse loop file
 #       --install helm (`make demo-helm`): `helm install` of charts/lvm-agent
 #       with the guest's images instead of `kubectl apply -k`; the demo then
 #       also runs `lvm-agent volume status -o json` and `--version` in the
@@ -39,14 +42,15 @@
 set -Eeuo pipefail # -E: the ERR trap (dump) fires in functions too
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-bin=/opt/lvm-agent mode=full runs=5 install=kustomize
-usage() { sed -n '2,38s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2; }
+bin=/opt/lvm-agent mode=full runs=5 install=kustomize vg_device=''
+usage() { sed -n '2,41s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
     --bin) bin=$2; shift 2 ;;
     --mode) mode=$2; shift 2 ;;
     --runs) runs=$2; shift 2 ;;
     --install) install=$2; shift 2 ;;
+    --vg-device) vg_device=$2; shift 2 ;;
     *) usage ;;
   esac
 done
@@ -256,9 +260,15 @@ bench() {
   step "bench: OK"
 }
 
-step "LVM on the node: vg1 on a 2 GiB sparse loop file" \
-  "deploy/base's lvmd config names the volume group vg1; lvmd will make LVs in it."
-LVM_VG=vg1 LVM_THIN_POOL_SIZE=0 LVM_LOOP_SIZE=2G setup-lvm.sh
+if [ -n "$vg_device" ]; then
+  step "LVM on the node: vg1 on its own disk, $vg_device" \
+    "deploy/base's lvmd config names the volume group vg1; lvmd will make LVs in it." \
+    "The disk is a sparse file on the host: a node booted again on it finds its LVs, activated by lvm2 at boot."
+else
+  step "LVM on the node: vg1 on a 2 GiB sparse loop file" \
+    "deploy/base's lvmd config names the volume group vg1; lvmd will make LVs in it."
+fi
+LVM_VG=vg1 LVM_THIN_POOL_SIZE=0 LVM_LOOP_SIZE=2G LVM_DEVICE=$vg_device setup-lvm.sh
 show lvm vgs vg1
 
 step "A one-node Kubernetes cluster, every part real" \

@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
 # Gives a test machine real LVM to work on: volume group vg0 on a sparse
-# loop-backed file, with a thin pool vg0/pool0, and an lvmd config offering a
-# `thick` (default) and a `thin` device class on it. Runs as root inside the
-# QEMU guest (scripts/vm/run.sh) and in the Vagrant VM, so it needs only bash,
-# coreutils or busybox, and lvm2. Running it again is harmless.
+# loop-backed file (or on a disk of its own), with a thin pool vg0/pool0, and
+# an lvmd config offering a `thick` (default) and a `thin` device class on
+# it. Runs as root inside the QEMU guest (scripts/vm/run.sh) and in the
+# Vagrant VM, so it needs only bash, coreutils or busybox, util-linux's
+# blkid, and lvm2. Running it again is harmless.
 #
 # Settings (environment):
 #   LVM_VG             volume group        (vg0)
+#   LVM_DEVICE         a disk for the VG's one PV, instead of the loop file
+#                      (the QEMU node's virtio disk, run.sh --disk): a blank
+#                      one becomes the PV; one that holds $LVM_VG already is
+#                      left as the boot found it (lvm2 activated its LVs, as
+#                      on any node: nothing here activates them); one with
+#                      anything else on it is refused, untouched
 #   LVM_LOOP_FILE      backing file        (/var/lib/lvm-agent/$LVM_VG.img; RAM in the QEMU guest)
 #   LVM_LOOP_SIZE      its sparse size     (2G)
 #   LVM_THIN_POOL_SIZE size of $LVM_VG/pool0 (1G; thick LVs get the rest;
@@ -17,6 +24,7 @@ set -euo pipefail
 
 VG=${LVM_VG:-vg0}
 POOL=pool0
+DEVICE=${LVM_DEVICE:-}
 FILE=${LVM_LOOP_FILE:-/var/lib/lvm-agent/$VG.img}
 SIZE=${LVM_LOOP_SIZE:-2G}
 POOL_SIZE=${LVM_THIN_POOL_SIZE:-1G}
@@ -30,13 +38,22 @@ for name in lvs vgs pvs lvcreate lvremove lvchange vgchange; do
   command -v "$name" >/dev/null || ln -sf "$lvm" "/usr/local/sbin/$name"
 done
 
+where=${DEVICE:-"$FILE ($SIZE)"}
 if ! "$lvm" vgs "$VG" >/dev/null 2>&1; then
-  mkdir -p "$(dirname "$FILE")"
   fresh=
-  [ -f "$FILE" ] || { truncate -s "$SIZE" "$FILE"; fresh=1; }
-  # `losetup -f` then attach: busybox's losetup has no --show.
-  dev=$(losetup -f)
-  losetup "$dev" "$FILE"
+  if [ -n "$DEVICE" ]; then
+    [ -b "$DEVICE" ] || { echo "setup-lvm: $DEVICE is not a block device" >&2; exit 1; }
+    # blkid -p exits 2 when it finds no signature at all.
+    sig=0 && blkid -p "$DEVICE" >/dev/null 2>&1 || sig=$?
+    [ "$sig" = 2 ] || { echo "setup-lvm: $DEVICE is not blank and holds no $VG ($(blkid -p "$DEVICE" 2>&1)); left untouched" >&2; exit 1; }
+    dev=$DEVICE fresh=1
+  else
+    mkdir -p "$(dirname "$FILE")"
+    [ -f "$FILE" ] || { truncate -s "$SIZE" "$FILE"; fresh=1; }
+    # `losetup -f` then attach: busybox's losetup has no --show.
+    dev=$(losetup -f)
+    losetup "$dev" "$FILE"
+  fi
   if [ -n "$fresh" ]; then
     "$lvm" vgcreate -y "$VG" "$dev"
     [ "$POOL_SIZE" = 0 ] || "$lvm" lvcreate -y --type thin-pool -L "$POOL_SIZE" -n "$POOL" "$VG"
@@ -47,7 +64,7 @@ if ! "$lvm" vgs "$VG" >/dev/null 2>&1; then
 fi
 
 if [ "$POOL_SIZE" = 0 ]; then
-  echo "setup-lvm: $VG on $FILE ($SIZE), no thin pool"
+  echo "setup-lvm: $VG on $where, no thin pool"
   exit 0
 fi
 
@@ -72,4 +89,4 @@ device-classes:
       name: $POOL
       overprovision-ratio: 5
 EOF
-echo "setup-lvm: $VG on $FILE ($SIZE), thin pool $VG/$POOL ($POOL_SIZE), lvmd config $CONFIG"
+echo "setup-lvm: $VG on $where, thin pool $VG/$POOL ($POOL_SIZE), lvmd config $CONFIG"

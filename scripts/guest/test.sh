@@ -3,7 +3,8 @@
 # in-guest suite (suite.sh), then the one-node cluster's full scenario
 # (node.sh --mode full), on the same kernel and LVM, one after the other.
 #
-#   test.sh [--bin DIR] [PART...]   (default: every part, in order)
+#   test.sh [--bin DIR] [--vg-device DEV] [PART...]   (default: every part, in order)
+#       DEV: the node's disk for the scenario's vg1 (node.sh --vg-device)
 #
 # PARTS below lists them, each a function of this script: a new part of make
 # test's guest run is one more function and its name in PARTS. Each part's
@@ -14,8 +15,9 @@
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-bin=/opt/lvm-agent
+bin=/opt/lvm-agent vg_device=''
 [ "${1:-}" != --bin ] || { bin=$2; shift 2; }
+[ "${1:-}" != --vg-device ] || { vg_device=$2; shift 2; }
 PARTS=(suite lvm_reset node)
 [ $# -eq 0 ] || PARTS=("$@")
 if [ -z "${LVM_AGENT_GUEST_TIMES:-}" ] && grep -q ' /share ' /proc/mounts; then
@@ -43,7 +45,7 @@ lvm_reset() {
 }
 
 # node: the one-node cluster and issue 13's whole scenario (make test-node).
-node() { bash "$here/node.sh" --bin "$bin" --mode full; }
+node() { bash "$here/node.sh" --bin "$bin" --mode full ${vg_device:+--vg-device "$vg_device"}; }
 
 rc=0
 for p in "${PARTS[@]}"; do

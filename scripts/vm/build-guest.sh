@@ -24,7 +24,7 @@ GUEST_PKGS=(bash busybox-static lvm2 dmsetup thin-provisioning-tools e2fsprogs x
 # Loaded in this order, each after its dependencies. crc32c_generic must be
 # explicit: libcrc32c asks for it through request_module, and the guest has no
 # working modprobe, so dm-thin-pool would fail with "Unknown symbol".
-MODULES=(crc32c_generic virtio_pci 9pnet_virtio 9p loop dm_mod dm_bufio
+MODULES=(crc32c_generic virtio_pci virtio_blk 9pnet_virtio 9p loop dm_mod dm_bufio
   libcrc32c dm_persistent_data dm_bio_prison dm_thin_pool dm_snapshot dm_zero ext4 xfs
   overlay bridge veth br_netfilter dummy nf_conntrack nf_nat nf_tables nft_ct
   nft_nat nft_chain_nat nft_masq nft_numgen nft_fib_inet nft_fib_ipv4
@@ -239,6 +239,14 @@ mount -t tmpfs tmpfs /dev/shm
 mount -t tmpfs tmpfs /tmp
 mount -t tmpfs tmpfs /run
 while read -r m; do insmod "$m"; done </etc/modules.list
+# What a node's boot does for LVM: activate the LVs of the volume groups on
+# its disks (run.sh --disk), as lvm2's autoactivation allows (-aay: the LVs
+# that auto_activation_volume_list and the VG's and LV's autoactivation
+# settings let through). On a node with udev, lvm2's 69-lvm.rules run it per
+# disk as the disk appears (event activation); this guest has no udev, so
+# its init runs it once, the drivers loaded, as lvm2's static activation
+# services did. Nothing here knows of lvm-agent or of a test.
+lvm vgchange -aay || echo "vm-init: vgchange -aay failed"
 ip link set lo up
 hostname lvm-agent-vm
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 share /share

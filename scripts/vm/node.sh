@@ -39,9 +39,14 @@ echo "node: built in $((SECONDS - t0)) s; booting the guest (host load: $(load))
 CACHE=${LVM_AGENT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lvm-agent}
 share=${LVM_AGENT_RUN:-$CACHE/run}/node-results
 rm -rf "$share" && mkdir -p "$share"
+# vg1 on a disk of its own, as on a node: a sparse file here, /dev/vda in
+# the guest, gone at the end.
+disk=$(mktemp "${LVM_AGENT_RUN:-$CACHE/run}/node-vg1.XXXXXX.img")
+trap 'rm -rf "$files" "$disk"' EXIT
+truncate -s 2G "$disk"
 rc=0
-"$here/run.sh" --mem "${LVM_AGENT_NODE_MEM:-4G}" --cpus 2 --timeout "$timeout" --files "$files" --share "$share" -- \
-  bash /opt/lvm-agent/guest/node.sh --bin /opt/lvm-agent "$@" || rc=$?
+"$here/run.sh" --mem "${LVM_AGENT_NODE_MEM:-4G}" --cpus 2 --timeout "$timeout" --files "$files" --share "$share" --disk "$disk" -- \
+  bash /opt/lvm-agent/guest/node.sh --bin /opt/lvm-agent --vg-device /dev/vda "$@" || rc=$?
 [ $rc -eq 0 ] || echo "node: the cluster's logs: $share/cluster-logs"
 [ ! -d "$share/bench" ] || echo "node: the bench's watch lines and logs: $share/bench"
 echo "node: $([ $rc -eq 0 ] && echo OK || echo "FAILED (exit $rc)") in $((SECONDS - t0)) s; host load at the end: $(load)"

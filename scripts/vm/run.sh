@@ -3,7 +3,7 @@
 # build-guest.sh) and exits with that command's exit code.
 #
 #   scripts/vm/run.sh [--mem 2G] [--cpus 2] [--timeout SECONDS] [--files DIR]
-#                     [--share DIR] -- COMMAND [ARGS...]
+#                     [--share DIR] [--disk FILE]... [--power-cut] -- COMMAND [ARGS...]
 #
 #   --files DIR  copied into the guest's RAM at /opt/lvm-agent/ (binaries run
 #                several times faster from RAM than from 9p)
@@ -11,6 +11,15 @@
 #                temporary folder, removed afterwards). run.sh keeps its own
 #                bookkeeping in DIR/.vm/ (exit-code, and the guest's full dmesg:
 #                the console shows only kernel messages above errors).
+#   --disk FILE  a raw disk image, attached as a virtio disk: the first is
+#                /dev/vda, the next /dev/vdb. The caller makes it (sparse:
+#                truncate -s) and removes it; it outlives the guest, so a
+#                second run.sh on it boots a node that finds what the first
+#                wrote, and a QEMU that is killed is a power cut.
+#   --power-cut  the guest may ask for a power cut by creating
+#                /share/.vm/power-cut: QEMU is then killed at once (SIGKILL:
+#                no shutdown, nothing unmounted, the guest's RAM gone), and
+#                run.sh exits 0 without the command's exit code.
 # The repo's scripts/guest/ is always at /opt/lvm-agent/guest/. The command's
 # output streams to this terminal through the guest's serial console. The guest
 # has no network card: everything in it talks over its own loopback.
@@ -19,11 +28,11 @@
 # LVM_AGENT_VM_ACCEL=kvm|tcg overrides the accelerator choice.
 set -euo pipefail
 
-usage() { sed -n '2,20s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit "$1"; }
+usage() { sed -n '2,28s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit "$1"; }
 log() { echo "vm: $*" >&2; }
 since() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", a - b }'; }
 
-mem=2G cpus=2 timeout=900 files='' share=''
+mem=2G cpus=2 timeout=900 files='' share='' disks=() power_cut=''
 while [ $# -gt 0 ]; do
   case $1 in
     --mem) mem=$2; shift 2 ;;
@@ -31,6 +40,8 @@ while [ $# -gt 0 ]; do
     --timeout) timeout=$2; shift 2 ;;
     --files) files=$2; shift 2 ;;
     --share) share=$2; shift 2 ;;
+    --disk) disks+=("$2"); shift 2 ;;
+    --power-cut) power_cut=1; shift ;;
     --) shift; break ;;
     -h | --help) usage 0 ;;
     *) log "unknown argument: $1"; usage 2 ;;
@@ -38,6 +49,14 @@ while [ $# -gt 0 ]; do
 done
 [ $# -gt 0 ] || usage 2
 [ -z "$files" ] || [ -d "$files" ] || { log "--files $files: not a directory"; exit 2; }
+# cache=writeback (QEMU's default): the guest's flushes reach the host file
+# (fdatasync); what it had not written out is lost when QEMU dies, as a
+# node's RAM is in a power cut. discard=unmap keeps the file sparse.
+disk_args=()
+for d in ${disks[@]+"${disks[@]}"}; do
+  [ -f "$d" ] || { log "--disk $d: no such file"; exit 2; }
+  disk_args+=(-drive "file=$d,format=raw,if=virtio,cache=writeback,discard=unmap")
+done
 
 t0=$(date +%s.%N)
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -47,7 +66,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 share=${share:-$work/share}
 mkdir -p "$share/.vm"
-rm -f "$share/.vm/exit-code" "$share/.vm/started"
+rm -f "$share/.vm/exit-code" "$share/.vm/started" "$share/.vm/power-cut"
 
 # A second cpio appended to the base initramfs: the kernel unpacks both, so
 # per-run files cost no rebuild of the guest.
@@ -73,9 +92,19 @@ case $accel in
   tcg) accel_args=(-accel 'tcg,thread=multi') ;;  # QEMU's default CPU, as measured in the notes
   *) log "LVM_AGENT_VM_ACCEL must be kvm or tcg"; exit 2 ;;
 esac
-log "booting: accel=$accel mem=$mem cpus=$cpus timeout=${timeout}s"
+log "booting: accel=$accel mem=$mem cpus=$cpus timeout=${timeout}s${disks[*]+ disks=${disks[*]}}"
 
 t1=$(date +%s.%N)
+cutter=''
+if [ -n "$power_cut" ]; then
+  # Polls the share (9p writes reach the host file at once); QEMU's pid
+  # from its -pidfile.
+  (
+    until [ -e "$share/.vm/power-cut" ]; do sleep 0.1; done
+    kill -KILL "$(cat "$work/qemu.pid")"
+  ) &
+  cutter=$!
+fi
 qrc=0
 # --foreground keeps QEMU in our process group, so Ctrl-C reaches it; stdin is
 # /dev/null so QEMU leaves the terminal alone.
@@ -83,9 +112,13 @@ timeout --foreground -k 10 "$timeout" qemu-system-x86_64 "${accel_args[@]}" \
   -m "$mem" -smp "$cpus" -nodefaults -display none -no-reboot -nic none \
   -serial stdio -kernel "$guest/vmlinux" -initrd "$work/initrd" \
   -append "console=ttyS0 tsc=reliable panic=-1 loglevel=3" \
-  -virtfs "local,path=$share,mount_tag=share,security_model=none" \
-  </dev/null || qrc=$?
+  -virtfs "local,path=$share,mount_tag=share,security_model=none" ${disk_args[@]+"${disk_args[@]}"} \
+  -pidfile "$work/qemu.pid" </dev/null || qrc=$?
 t2=$(date +%s.%N)
+if [ -n "$cutter" ]; then
+  kill "$cutter" 2>/dev/null || true
+  wait "$cutter" 2>/dev/null || true
+fi
 
 boot='?'
 [ -f "$share/.vm/started" ] && boot=$(since "$(date -r "$share/.vm/started" +%s.%N)" "$t1")
@@ -95,6 +128,10 @@ log "accel=$accel boot=${boot}s (QEMU start to command) qemu=$(since "$t2" "$t1"
 if [ "$qrc" -eq 124 ] || { [ "$qrc" -eq 137 ] && [ "$(since "$t2" "$t1" | cut -d. -f1)" -ge "$timeout" ]; }; then
   log "TIMEOUT: the guest did not finish within ${timeout}s; QEMU was killed"
   exit 124
+fi
+if [ -n "$power_cut" ] && [ -e "$share/.vm/power-cut" ]; then
+  log "POWER CUT: QEMU killed at the guest's request $(since "$t2" "$(date -r "$share/.vm/power-cut" +%s.%N)")s after it (QEMU exited $qrc)"
+  exit 0
 fi
 rc=$(cat "$share/.vm/exit-code" 2>/dev/null || true)
 if ! [[ $rc =~ ^[0-9]+$ ]]; then

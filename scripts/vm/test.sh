@@ -57,10 +57,15 @@ log "built in $((SECONDS - t0)) s; booting the guest (host load: $(load))"
 
 share=$RUN/test-results
 rm -rf "$share" && mkdir -p "$share"
+# The scenario's vg1 on a disk of its own (guest node.sh --vg-device): a
+# sparse file here, /dev/vda in the guest, gone at the end.
+disk=$(mktemp "$RUN/test-vg1.XXXXXX.img")
+trap 'rm -rf "$files" "$disk"' EXIT
+truncate -s 2G "$disk"
 rc=0
 t1=$SECONDS
-"$here/run.sh" --mem "${LVM_AGENT_TEST_MEM:-5G}" --cpus 2 --timeout "$timeout" --files "$files" --share "$share" -- \
-  bash /opt/lvm-agent/guest/test.sh --bin /opt/lvm-agent "$@" 2> >(tee "$share/run.log" >&2) || rc=$?
+"$here/run.sh" --mem "${LVM_AGENT_TEST_MEM:-5G}" --cpus 2 --timeout "$timeout" --files "$files" --share "$share" --disk "$disk" -- \
+  bash /opt/lvm-agent/guest/test.sh --bin /opt/lvm-agent --vg-device /dev/vda "$@" 2> >(tee "$share/run.log" >&2) || rc=$?
 wait # for tee
 boot=$(sed -n 's/.* boot=\([0-9]*\).*/\1/p' "$share/run.log")
 [ -z "$boot" ] || times_add "boot (QEMU start to the first command)" "$boot"

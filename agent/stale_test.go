@@ -1,0 +1,125 @@
+package agent
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/lvm-agent/lvm-agent/kube"
+)
+
+// Issue 29, item 4: the host chaos once ended with a PV answered "deleted"
+// and its claim's LV still there. A create acts on a claim as an informer
+// last showed it; two ways for that view to be old by the time lvcreate
+// runs, each made deterministic here with the fake lvmd's hook:
+
+// lvmOps counts the operations that reach the fake lvmd, by op.
+type lvmOps struct{ create, remove atomic.Int32 }
+
+// The create of a claim that, while this agent looks at the volume group, another agent answered and the user deleted, its LV made
+// and removed in between (the second agent of a node, or this agent's own
+// retry with an informer that lags behind an API server restart). No LV
+// may be made for it.
+func TestNoVolumeForAnsweredRequest(t *testing.T) {
+	e := start(t, Config{})
+	var ops lvmOps
+	var once atomic.Bool
+	e.lvm.SetHook(func(op, class, _ string) error {
+		switch {
+		case op == "list" && class == "thick" && once.CompareAndSwap(false, true):
+			// Everything the other side did, before this agent's listing
+			// returns: its answer, then the claim deleted (its LV gone).
+			ctx := context.Background()
+			_, err := kube.UpdatePvcWithAnnotations(ctx, e.client, "default", "pvc", "", kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreated}), nil)
+			assert.NoError(t, err)
+			assert.NoError(t, e.client.CoreV1().PersistentVolumeClaims("default").Delete(ctx, "pvc", metav1.DeleteOptions{}))
+		case op == "create":
+			ops.create.Add(1)
+		}
+		return nil
+	})
+	e.pvc(t, "default", "pvc", node, spec(`{"volumeGroup":"thick","name":"lv1","size":4096}`))
+	e.settle(t, &once)
+	assert.Zero(t, ops.create.Load(), "no lvcreate for a request the API server no longer has")
+	lvs, err := e.lvm.List("thick")
+	require.NoError(t, err)
+	assert.Empty(t, lvs)
+}
+
+// The other way: the claim is deleted while this agent's lvcreate is on its
+// way to lvm (it had checked the claim, then lvmd or the VG lock kept the
+// call waiting). The LV it made for a claim that is gone is removed again.
+func TestVolumeOfGoneClaimRemoved(t *testing.T) {
+	e := start(t, Config{})
+	var ops lvmOps
+	var once atomic.Bool
+	e.lvm.SetHook(func(op, _, _ string) error {
+		switch op {
+		case "create":
+			ops.create.Add(1)
+			if once.CompareAndSwap(false, true) {
+				assert.NoError(t, e.client.CoreV1().PersistentVolumeClaims("default").Delete(context.Background(), "pvc", metav1.DeleteOptions{}))
+			}
+		case "remove":
+			ops.remove.Add(1)
+		}
+		return nil
+	})
+	e.pvc(t, "default", "pvc", node, spec(`{"volumeGroup":"thick","name":"lv1","size":4096}`))
+	e.settle(t, &once)
+	assert.Equal(t, int32(1), ops.create.Load())
+	assert.Equal(t, int32(1), ops.remove.Load(), "the LV made for a gone claim is removed")
+	lvs, err := e.lvm.List("thick")
+	require.NoError(t, err)
+	assert.Empty(t, lvs)
+}
+
+// A claim that exists but is being deleted when its LV is made gets no LV
+// either: the next attempt answers failed/ClaimTerminating, with none left.
+func TestVolumeOfTerminatingClaimRemoved(t *testing.T) {
+	e := start(t, Config{})
+	var once atomic.Bool
+	e.lvm.SetHook(func(op, _, _ string) error {
+		if op == "create" && once.CompareAndSwap(false, true) {
+			// Deleted, kept by pvc-protection (the fake clientset has no
+			// finalizers: it is written so).
+			ctx := context.Background()
+			pvc, err := e.client.CoreV1().PersistentVolumeClaims("default").Get(ctx, "pvc", metav1.GetOptions{})
+			if assert.NoError(t, err) {
+				now := metav1.Now()
+				pvc.DeletionTimestamp, pvc.Finalizers = &now, []string{"kubernetes.io/pvc-protection"}
+				_, err = e.client.CoreV1().PersistentVolumeClaims("default").Update(ctx, pvc, metav1.UpdateOptions{})
+				assert.NoError(t, err)
+			}
+		}
+		return nil
+	})
+	e.pvc(t, "default", "pvc", node, spec(`{"volumeGroup":"thick","name":"lv1","size":4096}`))
+	ann := e.waitPVC(t, "default", "pvc")
+	assert.Equal(t, kube.StateFailed, ann[kube.AnnLifecycle])
+	assert.Equal(t, kube.ReasonClaimTerminating, ann[kube.AnnReason])
+	lvs, err := e.lvm.List("thick")
+	require.NoError(t, err)
+	assert.Empty(t, lvs)
+}
+
+// settle waits until hooked has fired and the agent holds no request and
+// runs no operation, then for longer than its longest backoff (100 ms), so
+// that a retry would have run.
+func (e *env) settle(t *testing.T, hooked *atomic.Bool) {
+	t.Helper()
+	idle := func() bool {
+		e.agent.mu.Lock()
+		busy := len(e.agent.busy)
+		e.agent.mu.Unlock()
+		return hooked.Load() && busy == 0 && e.agent.DSW.Len() == 0 && e.agent.queue.Len() == 0
+	}
+	require.Eventually(t, idle, 10*time.Second, 5*time.Millisecond)
+	time.Sleep(200 * time.Millisecond)
+	require.True(t, idle())
+}
