@@ -20,6 +20,7 @@ import (
 	"io"
 	"os"
 	"path"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -85,8 +86,16 @@ func write(out, ref, arch, entrypoint string, files, links []string) error {
 	if img, err = mutate.ConfigFile(img, cfg); err != nil {
 		return fmt.Errorf("image config: %w", err)
 	}
-	tmp := out + ".tmp"
+	// A temporary name of its own: make test's images step and the guest's
+	// files build the same tarball side by side.
+	f, err := os.CreateTemp(filepath.Dir(out), filepath.Base(out)+".tmp*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	f.Close()
 	if err := tarball.WriteToFile(tmp, tag, img); err != nil {
+		os.Remove(tmp)
 		return fmt.Errorf("write %s: %w", out, err)
 	}
 	return os.Rename(tmp, out)
