@@ -88,15 +88,7 @@ func TestCloneRefused(t *testing.T) {
 
 // google/lvmd has no snapshot call: a thin clone asked of it is refused.
 func TestThinCloneGoogleLVMD(t *testing.T) {
-	m := lvmdfake.NewLVM(lvmdfake.Class{Name: "vg0", SizeBytes: 1 << 30})
-	srv := lvmdfake.NewGoogle(m)
-	addr, err := srv.Serve("127.0.0.1:0")
-	require.NoError(t, err)
-	t.Cleanup(srv.Stop)
-	b, err := lvmbackend.NewGoogleLVMD(addr, nil, 10*time.Millisecond)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = b.Close() })
-	e := startOn(t, Config{}, fakeLVMD{lvm: m}, b)
+	m, e := startGoogle(t)
 	require.NoError(t, m.Add(lvmdfake.LV{Class: "vg0", Name: "src", SizeBytes: 8 * mib, Tags: []string{OwnerTag("src-uid")}}))
 	e.pvc(t, "default", "pvc", node, cloneSpec("vg0", "src", kube.CloneSnapshot, 8*mib))
 	ann := e.waitPVC(t, "default", "pvc")

@@ -126,15 +126,7 @@ func TestGrow(t *testing.T) {
 // An agent whose lvmd cannot resize (google/lvmd) answers at once with its
 // own reason, and the LV stays as it was.
 func TestGrowGoogleLVMD(t *testing.T) {
-	m := lvmdfake.NewLVM(lvmdfake.Class{Name: "vg0", SizeBytes: 1 << 30})
-	srv := lvmdfake.NewGoogle(m)
-	addr, err := srv.Serve("127.0.0.1:0")
-	require.NoError(t, err)
-	t.Cleanup(srv.Stop)
-	b, err := lvmbackend.NewGoogleLVMD(addr, nil, 10*time.Millisecond)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = b.Close() })
-	e := startOn(t, Config{}, fakeLVMD{lvm: m}, b)
+	m, e := startGoogle(t)
 	require.NoError(t, m.Add(lvmdfake.LV{Class: "vg0", Name: "lv1", SizeBytes: 8 * mib, Tags: []string{OwnerTag("claim-uid")}}))
 	e.pv(t, "pv1", node, "claim-uid", growSpec("vg0", 64*mib))
 	ann := e.waitGrow(t, "pv1")
@@ -160,4 +152,20 @@ func TestGrowRetriesUntilLVMDIsBack(t *testing.T) {
 	assert.Equal(t, kube.StateExpanded, ann[kube.AnnLifecycle])
 	assert.Equal(t, strconv.Itoa(32*mib), ann[kube.AnnSize])
 	assert.NotContains(t, ann, kube.AnnError)
+}
+
+// startGoogle starts an agent whose lvmd is google/lvmd's (the fake, over
+// its real gRPC protocol) with one VG, vg0, of 1 GiB.
+func startGoogle(t *testing.T) (*lvmdfake.LVM, *env) {
+	t.Helper()
+	m := lvmdfake.NewLVM(lvmdfake.Class{Name: "vg0", SizeBytes: 1 << 30})
+	srv := lvmdfake.NewGoogle(m)
+	addr, err := srv.Serve("127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(srv.Stop)
+	b, err := lvmbackend.NewGoogleLVMD(addr, nil, 10*time.Millisecond)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	e := startOn(t, Config{}, fakeLVMD{lvm: m}, b)
+	return m, e
 }

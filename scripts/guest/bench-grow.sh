@@ -91,11 +91,7 @@ bench_grow() {
         printf " %7.1f%%\n", (v[7] > 0 ? 100 * (v[1] + v[2] - v[3] + v[5]) / v[7] : -1) # parenthesised: a bare > would redirect
       }
     }' "$w/watch.log" "$w/agent.log" "$w/lvmd.log" "$w/grown.log" | tee "$w/runs.txt"
-  medians "$w/runs.txt" 9
-  if awk 'NR > 1 { for (c = 2; c <= 9; c++) { gsub(/%/, "", $c); v = $c + 0; if (v < 0 || v > 3600) bad = 1 } } END { exit !bad }' "$w/runs.txt"; then
-    echo "bench: a boundary is missing from the logs (see $w)"
-    return 1
-  fi
+  medians "$w/runs.txt" 9 || return 1
 
   echo "    By hand in the same guest: an ext4 LV of 64 MiB, mounted, grown to 128 MiB (lvextend, then resize2fs):"
   mkdir -p /mnt/byhand
@@ -115,6 +111,6 @@ bench_grow() {
     awk -v i="$i" -v a="$a" -v b="$b" -v c="$c" 'BEGIN { printf "hand-%-3s %8.3f %8.3f %8.3f\n", i, b - a, c - b, c - a }' >>"$w/byhand.txt"
   done
   cat "$w/byhand.txt"
-  medians "$w/byhand.txt" 4
+  medians "$w/byhand.txt" 4 || return 1
   step "bench: OK"
 }
