@@ -20,12 +20,12 @@ import (
 // device class under every volume group name that a spec could use to reach
 // it (classes maps volume groups to device classes; a class is also
 // reachable by its own name unless that name is mapped elsewhere).
-func capacityEntries(caps []lvmbackend.Capacity, classes map[string]string, copies bool) []kube.StorageCapacity {
+func capacityEntries(caps []lvmbackend.Capacity, classes map[string]string, copies, grows bool) []kube.StorageCapacity {
 	var entries []kube.StorageCapacity
 	for _, c := range caps {
 		for _, vg := range volumeGroupsOf(c.DeviceClass, classes) {
 			entries = append(entries, kube.StorageCapacity{Type: "lvm", Name: vg, Capacity: c.SizeBytes, Free: c.FreeBytes, DeviceClass: c.DeviceClass,
-				Clone: cloneKind(c, copies)})
+				Clone: cloneKind(c, copies), Grow: grows})
 		}
 	}
 	return entries
@@ -80,6 +80,9 @@ type NodeCapacity struct {
 	// Copies: the agent makes thick clones by copying (it reads the
 	// kernel's open counts); published per thick class as "clone":"copy".
 	Copies bool
+	// Grows: the agent's lvmd grows LVs (topolvm's ResizeLV); published
+	// per class as "grow":true.
+	Grows bool
 
 	// Debounce is how long reports are gathered before one write.
 	Debounce time.Duration
@@ -143,7 +146,7 @@ func (n *NodeCapacity) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case caps := <-n.updates:
-			s.desired = kube.EncodeStorageTopology(capacityEntries(caps, n.classes, n.Copies))
+			s.desired = kube.EncodeStorageTopology(capacityEntries(caps, n.classes, n.Copies, n.Grows))
 			if timer == nil { // a pending retry keeps its backoff
 				timer = time.After(n.Debounce)
 			}
@@ -211,8 +214,8 @@ func (s *nodeCapacitySync) sync(ctx context.Context) error {
 
 // worthWriting tells whether the annotation value desired should replace
 // known: known is not in the form the agent writes, or lists other classes
-// or sizes, or a class's free bytes moved by minChange of known's or more,
-// or to or from 0.
+// or sizes or abilities (clone, grow), or a class's free bytes moved by
+// minChange of known's or more, or to or from 0.
 func worthWriting(known, desired string, minChange float64) bool {
 	if known == desired {
 		return false
@@ -228,7 +231,7 @@ func worthWriting(known, desired string, minChange float64) bool {
 	for i := range k {
 		a, b := k[i], d[i]
 		if a.Type != b.Type || a.Name != b.Name || a.DeviceClass != b.DeviceClass || a.Capacity != b.Capacity ||
-			(a.Free == 0) != (b.Free == 0) {
+			a.Clone != b.Clone || a.Grow != b.Grow || (a.Free == 0) != (b.Free == 0) {
 			return true
 		}
 		moved := float64(max(a.Free, b.Free) - min(a.Free, b.Free))

@@ -20,7 +20,7 @@ import (
 
 // storageTopology is the annotation's value for a report.
 func storageTopology(caps []lvmbackend.Capacity, classes map[string]string) string {
-	return kube.EncodeStorageTopology(capacityEntries(caps, classes, false))
+	return kube.EncodeStorageTopology(capacityEntries(caps, classes, false, false))
 }
 
 func TestStorageTopology(t *testing.T) {
@@ -147,6 +147,9 @@ func TestWorthWriting(t *testing.T) {
 		{"another size", enc(500), `[{"type":"lvm","name":"vg0","capacity":2000,"free":500,"deviceClass":"vg0"}]`, 0.01, true},
 		{"known without free (the original format)", `[{"type":"lvm","name":"vg0","capacity":1000}]`, enc(1000), 0.01, true},
 		{"known unreadable", "", enc(500), 0.01, true},
+		// An upgraded agent publishes what it now can, however little free moved.
+		{"an ability more", enc(500), `[{"type":"lvm","name":"vg0","capacity":1000,"free":500,"deviceClass":"vg0","grow":true}]`, 0.01, true},
+		{"another clone kind", `[{"type":"lvm","name":"vg0","capacity":1000,"free":500,"deviceClass":"vg0","clone":"copy"}]`, enc(500), 0.01, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.Equal(t, tc.want, worthWriting(tc.known, tc.desired, tc.minChange))

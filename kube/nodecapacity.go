@@ -30,6 +30,10 @@ type StorageCapacity struct {
 	// CloneCopy), absent when it makes none: a provisioner sends a clone
 	// only to an agent that says it can make it.
 	Clone string `json:"clone,omitempty"`
+	// Grow: the agent grows volumes of Name (the expand request); absent,
+	// a provisioner never sends one (an agent of the original design would
+	// never answer it, google/lvmd has no resize).
+	Grow bool `json:"grow,omitempty"`
 }
 
 // EncodeStorageTopology renders entries as the annotation's value, sorted

@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/workqueue"
@@ -76,6 +78,9 @@ func (r *Resizer) Resize(pv *corev1.PersistentVolume, size resource.Quantity) (r
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Timeout)
 	defer cancel()
+	if err := r.agentGrows(ctx, pv, vg); err != nil {
+		return resource.Quantity{}, false, err
+	}
 	got, err := kube.ExpandVolumeWithAnnotations(ctx, r.client, pv.Name, kube.CreateSpec{VolumeGroup: vg, Name: lv, Size: size.Value()}, nil)
 	var failed *kube.FailedError
 	switch {
@@ -89,6 +94,34 @@ func (r *Resizer) Resize(pv *corev1.PersistentVolume, size resource.Quantity) (r
 	klog.V(2).InfoS("Volume grown", "pv", pv.Name, "asked", size.Value(), "size", got)
 	fs := pv.Spec.VolumeMode == nil || *pv.Spec.VolumeMode == corev1.PersistentVolumeFilesystem
 	return *resource.NewQuantity(got, resource.BinarySI), fs, nil
+}
+
+// agentGrows checks that the agent of the PV's node says it grows volumes
+// of vg (the "grow" field of its capacity annotation): an agent of the
+// original design, or one in front of google/lvmd (no resize), or an older
+// lvm-agent, says nothing, and would never answer an expand request or
+// answer it "failed" only after a round trip; the claim ends
+// ControllerResizeInfeasible at once with the reason instead.
+func (r *Resizer) agentGrows(ctx context.Context, pv *corev1.PersistentVolume, vg string) error {
+	host, ok := kube.LocalPVHostname(pv)
+	if !ok {
+		return status.Error(codes.InvalidArgument, fmt.Sprintf("PV %s names no node (kubernetes.io/hostname affinity)", pv.Name))
+	}
+	nodes, err := r.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{
+		LabelSelector: labels.Set{corev1.LabelHostname: host}.AsSelector().String()})
+	if err != nil {
+		return status.Error(codes.Unavailable, fmt.Sprintf("list the Nodes of hostname %s: %v", host, err))
+	}
+	for _, n := range nodes.Items {
+		entries, _ := kube.DecodeStorageTopology(n.Annotations[r.cfg.CapacityAnnotation])
+		for _, e := range entries {
+			if e.Name == vg && e.Grow {
+				return nil
+			}
+		}
+	}
+	return status.Error(codes.InvalidArgument, fmt.Sprintf("PV %s cannot grow: the agent on node %s does not say it grows volumes of volume group %s (annotation %s has no \"grow\": an agent of the original design, one in front of google/lvmd, or an older lvm-agent)",
+		pv.Name, host, vg, r.cfg.CapacityAnnotation))
 }
 
 // RunResizer runs external-resizer's controller over r until ctx ends, with

@@ -89,9 +89,19 @@ func boundClaim(name string, mode corev1.PersistentVolumeMode, size string) (*co
 		Annotations: map[string]string{kube.AnnProvisionedBy: kube.DefaultProvisioner, kube.AnnSpec: "vg0/pv-" + name}},
 		Spec: corev1.PersistentVolumeSpec{Capacity: corev1.ResourceList{corev1.ResourceStorage: q}, VolumeMode: &mode,
 			PersistentVolumeSource: corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: "/dev/vg0/pv-" + name, FSType: &fs}},
-			ClaimRef:               &corev1.ObjectReference{Namespace: "ns", Name: name, UID: pvc.UID}},
+			ClaimRef:               &corev1.ObjectReference{Namespace: "ns", Name: name, UID: pvc.UID},
+			NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: HostnameLabel, Operator: corev1.NodeSelectorOpIn, Values: []string{"host-a"}}}}}}}},
 		Status: corev1.PersistentVolumeStatus{Phase: corev1.VolumeBound}}
 	return pvc, pv
+}
+
+// growNode is the PVs' node (hostname host-a), whose agent publishes vg0
+// with the ability to grow or without it.
+func growNode(grow bool) *corev1.Node {
+	capacity := kube.EncodeStorageTopology([]kube.StorageCapacity{{Type: "lvm", Name: "vg0", Capacity: 1 << 30, DeviceClass: "vg0", Grow: grow}})
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a", Labels: map[string]string{HostnameLabel: "host-a"},
+		Annotations: map[string]string{kube.DefaultCapacityAnnotation: capacity}}}
 }
 
 func TestResizeAnswers(t *testing.T) {
@@ -104,16 +114,19 @@ func TestResizeAnswers(t *testing.T) {
 		fs     bool
 		code   codes.Code
 		noWait bool
+		noGrow bool
 	}{
 		{name: "filesystem", mode: corev1.PersistentVolumeFilesystem, ask: "255Mi", size: 256 * mi, fs: true},
 		{name: "block", mode: corev1.PersistentVolumeBlock, ask: "256Mi", size: 256 * mi},
 		{name: "too big", mode: corev1.PersistentVolumeFilesystem, ask: "2Gi", code: codes.OutOfRange},
 		{name: "another claim's LV", mode: corev1.PersistentVolumeFilesystem, ask: "256Mi", fail: kube.ReasonNameConflict, code: codes.InvalidArgument},
 		{name: "no agent", mode: corev1.PersistentVolumeFilesystem, ask: "256Mi", code: codes.Unavailable, noWait: true},
+		// An agent of the original design, or google/lvmd's: never asked.
+		{name: "an agent that does not grow", mode: corev1.PersistentVolumeFilesystem, ask: "256Mi", code: codes.InvalidArgument, noGrow: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			pvc, pv := boundClaim("data", c.mode, "64Mi")
-			client := fake.NewClientset(pvc, pv)
+			client := fake.NewClientset(pvc, pv, growNode(!c.noGrow))
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			g := &growAgent{free: 1 << 30, sizes: map[string]int64{pv.Name: 64 * mi}, fail: c.fail}
@@ -125,6 +138,10 @@ func TestResizeAnswers(t *testing.T) {
 			size, fs, err := r.Resize(pv, resource.MustParse(c.ask))
 			if c.code != codes.OK {
 				assert.Equal(t, c.code, status.Code(err), "%v", err)
+				if c.noGrow {
+					assert.Contains(t, status.Convert(err).Message(), `does not say it grows volumes of volume group vg0`)
+					assert.Zero(t, g.asked, "no request sent")
+				}
 				return
 			}
 			require.NoError(t, err)
@@ -151,7 +168,7 @@ func TestResizerStates(t *testing.T) {
 	fsClaim, fsPV := boundClaim("fs", corev1.PersistentVolumeFilesystem, "64Mi")
 	blockClaim, blockPV := boundClaim("block", corev1.PersistentVolumeBlock, "64Mi")
 	bigClaim, bigPV := boundClaim("big", corev1.PersistentVolumeFilesystem, "64Mi")
-	client := fake.NewClientset(fsClaim, fsPV, blockClaim, blockPV, bigClaim, bigPV)
+	client := fake.NewClientset(fsClaim, fsPV, blockClaim, blockPV, bigClaim, bigPV, growNode(true))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	g := &growAgent{free: 1 << 30, sizes: map[string]int64{fsPV.Name: 64 * mi, blockPV.Name: 64 * mi, bigPV.Name: 64 * mi}}

@@ -198,6 +198,7 @@ func run(o options) error {
 	if o.capacityAnnotation != "" {
 		nodeCapacity := agent.NewNodeCapacity(client, o.nodeName, o.capacityAnnotation, classes, metrics)
 		nodeCapacity.Copies = devices != nil
+		nodeCapacity.Grows = o.backend == "topolvm"
 		nodeCapacity.MinChange = o.capacityMinChange
 		capacity.OnChange = nodeCapacity.Update
 		go nodeCapacity.Run(ctx)
