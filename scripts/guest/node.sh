@@ -304,9 +304,17 @@ show kubectl -n lvm-agent get pods -o wide
 echo "    The agent reports the node's volume groups, their size and free space, on the Node:"
 show kubectl get node "$(hostname)" -o jsonpath='{.metadata.annotations.csi\.alibabacloud\.com/storage-topology}{"\n"}'
 [ "$mode" != bench ] || {
+  step "Bench: the agent at --v=2, which logs each request's lvmd calls with their times (the growth rows read them)"
+  show kubectl -n lvm-agent patch daemonset lvm-agent --type json -p '[{"op":"test","path":"/spec/template/spec/containers/0/name","value":"lvm-agent"},{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--v=2"}]'
+  show kubectl -n lvm-agent rollout status daemonset/lvm-agent --timeout=600s
   bench
   . "$here/bench-grow.sh"
   bench_grow
+  step "Bench: CPU seconds used since boot per process name, with the children it reaped (lvmd's lvm commands...): the top 15"
+  # /proc/PID/stat: (comm), then utime, stime, cutime, cstime are the
+  # 14th to 17th fields; clock ticks of 100 Hz (busybox has no getconf).
+  cat /proc/[0-9]*/stat 2>/dev/null | awk '{ c = $2; sub(/^.*\) /, ""); t[c] += ($12 + $13 + $14 + $15) / 100 }
+    END { for (c in t) printf "%10.1f %s\n", t[c], c }' | sort -rn | head -15
   exit 0
 }
 
