@@ -76,7 +76,7 @@ node test-node:
 # PVC created -> Pod Running on that cluster, median of RUNS, with its breakdown.
 RUNS ?= 5
 bench-node:
-	scripts/vm/node.sh --timeout 1800 -- --mode bench --runs $(RUNS)
+	scripts/vm/node.sh --timeout 2700 -- --mode bench --runs $(RUNS)
 
 # The images that cluster runs, as tarballs (no container engine).
 images:

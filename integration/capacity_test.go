@@ -16,11 +16,12 @@ import (
 	"github.com/lvm-agent/lvm-agent/kube"
 )
 
-// The fake lvmd of startNode: "vg1" (1 GiB thick) and "thin" (1 GiB pool, overprovisioned x2).
+// The fake lvmd of startNode: "vg1" (1 GiB thick) and "thin" (1 GiB pool,
+// overprovisioned x2); topolvm's dialect, which grows volumes.
 func wantTopology(vg1Free, thinFree uint64) []kube.StorageCapacity {
 	return []kube.StorageCapacity{
-		{Type: "lvm", Name: "thin", Capacity: 1 << 30, Free: thinFree, DeviceClass: "thin", Clone: kube.CloneSnapshot},
-		{Type: "lvm", Name: "vg1", Capacity: 1 << 30, Free: vg1Free, DeviceClass: "vg1"},
+		{Type: "lvm", Name: "thin", Capacity: 1 << 30, Free: thinFree, DeviceClass: "thin", Clone: kube.CloneSnapshot, Grow: true},
+		{Type: "lvm", Name: "vg1", Capacity: 1 << 30, Free: vg1Free, DeviceClass: "vg1", Grow: true},
 	}
 }
 
