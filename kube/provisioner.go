@@ -75,6 +75,8 @@ type StateFunc func(state, errMsg string)
 // volume: it writes "creating", the spec and the volume.node label in one
 // merge patch (which also clears the volume.reason and volume.error of an
 // earlier answer), then watches the PVC until the agent answers or ctx ends.
+// A PVC that already carries lvm-agent's "created" answer to the same spec
+// from its selected node is not asked again: that answer is returned.
 func CreateVolumeWithAnnotations(ctx context.Context, c kubernetes.Interface, namespace, pvcName string, spec CreateSpec, onState StateFunc) error {
 	_, err := CreateVolume(ctx, c, namespace, pvcName, spec, onState)
 	return err
@@ -95,6 +97,17 @@ func CreateVolume(ctx context.Context, c kubernetes.Interface, namespace, pvcNam
 	if err != nil {
 		return nil, err
 	}
+	if answeredCreate(pvc, node, string(raw)) {
+		// Asked and answered already: a caller that asks again (the
+		// provisioner library calls Provision again for a claim that the
+		// request and its answer updated, while its PV informer does not
+		// show the PV just saved yet) gets the answer that stands, and the
+		// agent is not sent a second create of the same volume.
+		if onState != nil {
+			onState(StateCreated, "")
+		}
+		return pvc, nil
+	}
 	pvc, err = UpdatePvcWithAnnotations(ctx, c, namespace, pvcName, "", request(StateCreating, string(raw)),
 		Set(map[string]string{LabelNode: NodeLabelValue(node)}))
 	if err != nil {
@@ -109,6 +122,17 @@ func CreateVolume(ctx context.Context, c kubernetes.Interface, namespace, pvcNam
 		return nil, err
 	}
 	return answered.(*corev1.PersistentVolumeClaim), nil
+}
+
+// answeredCreate: the PVC carries lvm-agent's "created" answer (with the
+// device) to exactly this spec, asked of the node it selects now (the
+// volume.node label written with the request), so that a new request would
+// get the same answer. A failed answer, another spec, another node or an
+// answer without a device (an agent of the original design) is asked again.
+func answeredCreate(pvc *corev1.PersistentVolumeClaim, node, spec string) bool {
+	ann := pvc.Annotations
+	return ann[AnnLifecycle] == StateCreated && ann[AnnSpec] == spec && ann[AnnDevice] != "" &&
+		pvc.Labels[LabelNode] == NodeLabelValue(node)
 }
 
 // request is the change a provisioner writes to ask: the state and spec, and
