@@ -144,8 +144,12 @@ func request(state, spec string) Change {
 
 // DeleteVolumeWithAnnotations asks the agent that owns a PV to remove its LV
 // vg/lv: it writes "deleting" and the spec, then watches until the answer.
+// A PV that already carries the "deleted" answer to the same vg/lv is not
+// asked again (the provisioner library calls Delete again for a PV that the
+// request and its answer updated, when its informer does not show the PV's
+// deletion yet).
 func DeleteVolumeWithAnnotations(ctx context.Context, c kubernetes.Interface, pvName, vg, lv string, onState StateFunc) error {
-	_, err := askPV(ctx, c, pvName, request(StateDeleting, vg+"/"+lv), StateDeleting, onState)
+	_, err := askPV(ctx, c, pvName, request(StateDeleting, vg+"/"+lv), StateDeleting, StateDeleted, onState)
 	return err
 }
 
@@ -158,7 +162,7 @@ func ExpandVolumeWithAnnotations(ctx context.Context, c kubernetes.Interface, pv
 	if err != nil {
 		return 0, err
 	}
-	pv, err := askPV(ctx, c, pvName, request(StateExpanding, string(raw)).Remove(AnnSize), StateExpanding, onState)
+	pv, err := askPV(ctx, c, pvName, request(StateExpanding, string(raw)).Remove(AnnSize), StateExpanding, "", onState)
 	if err != nil {
 		return 0, err
 	}
@@ -169,11 +173,19 @@ func ExpandVolumeWithAnnotations(ctx context.Context, c kubernetes.Interface, pv
 	return size, nil
 }
 
-// askPV writes a request on a PV and waits for the agent's answer.
-func askPV(ctx context.Context, c kubernetes.Interface, pvName string, req Change, pending string, onState StateFunc) (*corev1.PersistentVolume, error) {
+// askPV writes a request on a PV and waits for the agent's answer. A PV
+// that already carries the answer reused (its final state, if not empty) to
+// the same spec is returned as it is, unasked.
+func askPV(ctx context.Context, c kubernetes.Interface, pvName string, req Change, pending, reused string, onState StateFunc) (*corev1.PersistentVolume, error) {
 	pv, err := c.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
 	if err != nil {
 		return nil, err
+	}
+	if spec := req[AnnSpec]; reused != "" && spec != nil && pv.Annotations[AnnLifecycle] == reused && pv.Annotations[AnnSpec] == *spec {
+		if onState != nil {
+			onState(reused, "")
+		}
+		return pv, nil
 	}
 	// A PV labelled at creation keeps its label: a local PV's affinity names
 	// the Node's hostname label, which may differ from the node name the

@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -117,12 +118,27 @@ func recordAnnotation(t testing.TB, ns, name, key string) func() []string {
 	w, err := cluster.Client.CoreV1().PersistentVolumeClaims(ns).Watch(context.Background(),
 		metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
 	require.NoError(t, err)
+	return record(t, w, key)
+}
+
+// recordPVAnnotation is recordAnnotation for a PV.
+func recordPVAnnotation(t testing.TB, name, key string) func() []string {
+	t.Helper()
+	w, err := cluster.Client.CoreV1().PersistentVolumes().Watch(context.Background(),
+		metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
+	require.NoError(t, err)
+	return record(t, w, key)
+}
+
+// record returns the values the annotation key of the objects of w was set
+// to, in order (each change once).
+func record(t testing.TB, w watch.Interface, key string) func() []string {
 	var mu sync.Mutex
 	var seen []string
 	go func() {
 		for ev := range w.ResultChan() {
-			if pvc, ok := ev.Object.(*corev1.PersistentVolumeClaim); ok && ev.Type != watch.Deleted {
-				v := pvc.Annotations[key]
+			if o, err := meta.Accessor(ev.Object); err == nil && ev.Type != watch.Deleted {
+				v := o.GetAnnotations()[key]
 				mu.Lock()
 				if v != "" && (len(seen) == 0 || seen[len(seen)-1] != v) {
 					seen = append(seen, v)
@@ -675,7 +691,8 @@ func TestProvisionerNodeHostnameDiffers(t *testing.T) {
 // Claims and their Pods created together, as a user applies them: each
 // claim is asked for once (creating, then created, and nothing after),
 // although the provisioner library looks at a claim again once the request
-// and the answer updated it, and its PV informer may not show the PV yet.
+// and the answer updated it, and its PV informer may not show the PV yet;
+// and each PV's removal is asked once too.
 func TestClaimsAskedOnce(t *testing.T) {
 	ns := newNamespace(t)
 	storageClass(t, "once", storagev1.VolumeBindingWaitForFirstConsumer, corev1.PersistentVolumeReclaimDelete, map[string]string{"volumeGroup": "vg1"})
@@ -687,9 +704,11 @@ func TestClaimsAskedOnce(t *testing.T) {
 		claimAndPod(t, ns, name, "once", "2Gi", corev1.PersistentVolumeFilesystem, map[string]string{corev1.LabelHostname: "big"})
 	}
 	pvs := make([]string, n)
+	removal := make([]func() []string, n)
 	for i := range n {
 		_, pv := waitBound(t, ns, fmt.Sprintf("c%d", i))
 		pvs[i] = pv.Name
+		removal[i] = recordPVAnnotation(t, pv.Name, kube.AnnLifecycle)
 	}
 	for i := range n {
 		deleteClaim(t, ns, fmt.Sprintf("c%d", i))
@@ -697,5 +716,6 @@ func TestClaimsAskedOnce(t *testing.T) {
 	for i := range n {
 		pvGone(t, pvs[i])
 		assert.Equal(t, []string{kube.StateCreating, kube.StateCreated}, asked[i](), "claim c%d's lifecycle, each change once", i)
+		assert.Equal(t, []string{kube.StateDeleting, kube.StateDeleted}, removal[i](), "PV of c%d: its lifecycle, each change once", i)
 	}
 }
