@@ -33,9 +33,22 @@ func TestCreate(t *testing.T) {
 
 func TestCreateRerequest(t *testing.T) {
 	n := startNode(t)
+	ctx := context.Background()
 	require.NoError(t, n.create(t, "default", "again", spec("lv-again", "4Mi")))
-	// The provisioner asks again (say, after its own restart): same answer, no second LV.
+	answered, err := cp.Client.CoreV1().PersistentVolumeClaims("default").Get(ctx, "again", metav1.GetOptions{})
+	require.NoError(t, err)
+	// The helper called again (say, after the provisioner's restart) returns
+	// the answer on the claim and writes nothing.
 	require.NoError(t, n.request(t, "default", "again", spec("lv-again", "4Mi")))
+	pvc, err := cp.Client.CoreV1().PersistentVolumeClaims("default").Get(ctx, "again", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, answered.ResourceVersion, pvc.ResourceVersion, "nothing written")
+	// A provisioner that writes the request again anyway: same answer, no second LV.
+	_, err = kube.UpdatePvcWithAnnotations(ctx, cp.Client, "default", "again", "", kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreating}), nil)
+	require.NoError(t, err)
+	harness.WaitFor(t, 30*time.Second, func(ctx context.Context) (metav1.Object, error) {
+		return cp.Client.CoreV1().PersistentVolumeClaims("default").Get(ctx, "again", metav1.GetOptions{})
+	}, func(a map[string]string) bool { return a[kube.AnnLifecycle] == kube.StateCreated })
 	assert.Len(t, n.lvs(t, "vg1"), 1)
 }
 

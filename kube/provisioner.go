@@ -75,6 +75,8 @@ type StateFunc func(state, errMsg string)
 // volume: it writes "creating", the spec and the volume.node label in one
 // merge patch (which also clears the volume.reason and volume.error of an
 // earlier answer), then watches the PVC until the agent answers or ctx ends.
+// A PVC that already carries lvm-agent's "created" answer to the same spec
+// from its selected node is not asked again: that answer is returned.
 func CreateVolumeWithAnnotations(ctx context.Context, c kubernetes.Interface, namespace, pvcName string, spec CreateSpec, onState StateFunc) error {
 	_, err := CreateVolume(ctx, c, namespace, pvcName, spec, onState)
 	return err
@@ -95,6 +97,17 @@ func CreateVolume(ctx context.Context, c kubernetes.Interface, namespace, pvcNam
 	if err != nil {
 		return nil, err
 	}
+	if answeredCreate(pvc, node, string(raw)) {
+		// Asked and answered already: a caller that asks again (the
+		// provisioner library calls Provision again for a claim that the
+		// request and its answer updated, while its PV informer does not
+		// show the PV just saved yet) gets the answer that stands, and the
+		// agent is not sent a second create of the same volume.
+		if onState != nil {
+			onState(StateCreated, "")
+		}
+		return pvc, nil
+	}
 	pvc, err = UpdatePvcWithAnnotations(ctx, c, namespace, pvcName, "", request(StateCreating, string(raw)),
 		Set(map[string]string{LabelNode: NodeLabelValue(node)}))
 	if err != nil {
@@ -111,6 +124,17 @@ func CreateVolume(ctx context.Context, c kubernetes.Interface, namespace, pvcNam
 	return answered.(*corev1.PersistentVolumeClaim), nil
 }
 
+// answeredCreate: the PVC carries lvm-agent's "created" answer (with the
+// device) to exactly this spec, asked of the node it selects now (the
+// volume.node label written with the request), so that a new request would
+// get the same answer. A failed answer, another spec, another node or an
+// answer without a device (an agent of the original design) is asked again.
+func answeredCreate(pvc *corev1.PersistentVolumeClaim, node, spec string) bool {
+	ann := pvc.Annotations
+	return ann[AnnLifecycle] == StateCreated && ann[AnnSpec] == spec && ann[AnnDevice] != "" &&
+		pvc.Labels[LabelNode] == NodeLabelValue(node)
+}
+
 // request is the change a provisioner writes to ask: the state and spec, and
 // the removal of the reason and error of an earlier answer, so that a stale
 // reason never stands beside a new request.
@@ -120,8 +144,12 @@ func request(state, spec string) Change {
 
 // DeleteVolumeWithAnnotations asks the agent that owns a PV to remove its LV
 // vg/lv: it writes "deleting" and the spec, then watches until the answer.
+// A PV that already carries the "deleted" answer to the same vg/lv is not
+// asked again (the provisioner library calls Delete again for a PV that the
+// request and its answer updated, when its informer does not show the PV's
+// deletion yet).
 func DeleteVolumeWithAnnotations(ctx context.Context, c kubernetes.Interface, pvName, vg, lv string, onState StateFunc) error {
-	_, err := askPV(ctx, c, pvName, request(StateDeleting, vg+"/"+lv), StateDeleting, onState)
+	_, err := askPV(ctx, c, pvName, request(StateDeleting, vg+"/"+lv), StateDeleting, StateDeleted, onState)
 	return err
 }
 
@@ -134,7 +162,7 @@ func ExpandVolumeWithAnnotations(ctx context.Context, c kubernetes.Interface, pv
 	if err != nil {
 		return 0, err
 	}
-	pv, err := askPV(ctx, c, pvName, request(StateExpanding, string(raw)).Remove(AnnSize), StateExpanding, onState)
+	pv, err := askPV(ctx, c, pvName, request(StateExpanding, string(raw)).Remove(AnnSize), StateExpanding, "", onState)
 	if err != nil {
 		return 0, err
 	}
@@ -145,11 +173,19 @@ func ExpandVolumeWithAnnotations(ctx context.Context, c kubernetes.Interface, pv
 	return size, nil
 }
 
-// askPV writes a request on a PV and waits for the agent's answer.
-func askPV(ctx context.Context, c kubernetes.Interface, pvName string, req Change, pending string, onState StateFunc) (*corev1.PersistentVolume, error) {
+// askPV writes a request on a PV and waits for the agent's answer. A PV
+// that already carries the answer reused (its final state, if not empty) to
+// the same spec is returned as it is, unasked.
+func askPV(ctx context.Context, c kubernetes.Interface, pvName string, req Change, pending, reused string, onState StateFunc) (*corev1.PersistentVolume, error) {
 	pv, err := c.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
 	if err != nil {
 		return nil, err
+	}
+	if spec := req[AnnSpec]; reused != "" && spec != nil && pv.Annotations[AnnLifecycle] == reused && pv.Annotations[AnnSpec] == *spec {
+		if onState != nil {
+			onState(reused, "")
+		}
+		return pv, nil
 	}
 	// A PV labelled at creation keeps its label: a local PV's affinity names
 	// the Node's hostname label, which may differ from the node name the

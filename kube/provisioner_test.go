@@ -124,3 +124,43 @@ func TestDeleteVolumeLabel(t *testing.T) {
 		})
 	}
 }
+
+// A PV that already carries the "deleted" answer to the same vg/lv is not
+// asked again; a failed answer, or one to another LV, is.
+func TestDeleteVolumeAskedOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		ann    map[string]string
+		reused bool
+	}{
+		{"deleted, same LV", map[string]string{AnnLifecycle: StateDeleted, AnnSpec: "vg0/pvc-1"}, true},
+		{"deleted, another LV", map[string]string{AnnLifecycle: StateDeleted, AnnSpec: "vg0/pvc-2"}, false},
+		{"failed", map[string]string{AnnLifecycle: StateFailed, AnnSpec: "vg0/pvc-1", AnnReason: ReasonProtected}, false},
+		{"not asked yet", map[string]string{AnnSpec: "vg0/pvc-1"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv", Annotations: tc.ann, ResourceVersion: "1"}}
+			c, watching := watchedClient(pv)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- DeleteVolumeWithAnnotations(ctx, c, "pv", "vg0", "pvc-1", nil) }()
+			if tc.reused {
+				require.NoError(t, <-done)
+				for _, a := range c.Actions() {
+					assert.NotEqual(t, "patch", a.GetVerb(), "nothing written")
+				}
+				return
+			}
+			<-watching
+			got, err := c.CoreV1().PersistentVolumes().Get(ctx, "pv", metav1.GetOptions{})
+			require.NoError(t, err)
+			assert.Equal(t, StateDeleting, got.Annotations[AnnLifecycle], "asked")
+			assert.Equal(t, "vg0/pvc-1", got.Annotations[AnnSpec])
+			got.Annotations[AnnLifecycle] = StateDeleted
+			_, err = c.CoreV1().PersistentVolumes().Update(ctx, got, metav1.UpdateOptions{})
+			require.NoError(t, err)
+			require.NoError(t, <-done)
+		})
+	}
+}

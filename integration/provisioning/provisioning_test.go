@@ -2,6 +2,7 @@ package provisioning
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -106,18 +108,40 @@ func waitBound(t testing.TB, ns, name string) (*corev1.PersistentVolumeClaim, *c
 // set to, in order (each change once).
 func recordSelectedNodes(t testing.TB, ns, name string) func() []string {
 	t.Helper()
+	return recordAnnotation(t, ns, name, kube.AnnSelectedNode)
+}
+
+// recordAnnotation watches a claim and returns the values its annotation
+// key was set to, in order (each change once).
+func recordAnnotation(t testing.TB, ns, name, key string) func() []string {
+	t.Helper()
 	w, err := cluster.Client.CoreV1().PersistentVolumeClaims(ns).Watch(context.Background(),
 		metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
 	require.NoError(t, err)
+	return record(t, w, key)
+}
+
+// recordPVAnnotation is recordAnnotation for a PV.
+func recordPVAnnotation(t testing.TB, name, key string) func() []string {
+	t.Helper()
+	w, err := cluster.Client.CoreV1().PersistentVolumes().Watch(context.Background(),
+		metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
+	require.NoError(t, err)
+	return record(t, w, key)
+}
+
+// record returns the values the annotation key of the objects of w was set
+// to, in order (each change once).
+func record(t testing.TB, w watch.Interface, key string) func() []string {
 	var mu sync.Mutex
 	var seen []string
 	go func() {
 		for ev := range w.ResultChan() {
-			if pvc, ok := ev.Object.(*corev1.PersistentVolumeClaim); ok && ev.Type != watch.Deleted {
-				n := pvc.Annotations[kube.AnnSelectedNode]
+			if o, err := meta.Accessor(ev.Object); err == nil && ev.Type != watch.Deleted {
+				v := o.GetAnnotations()[key]
 				mu.Lock()
-				if n != "" && (len(seen) == 0 || seen[len(seen)-1] != n) {
-					seen = append(seen, n)
+				if v != "" && (len(seen) == 0 || seen[len(seen)-1] != v) {
+					seen = append(seen, v)
 				}
 				mu.Unlock()
 			}
@@ -182,6 +206,7 @@ func TestPodClaimBoundThenDeleted(t *testing.T) {
 	assert.Equal(t, int64(1<<30), waitCapacity(t, "small", "thick").Capacity.Value())
 	assert.Equal(t, int64(100<<30), waitCapacity(t, "big", "thick").Capacity.Value())
 	seen := recordSelectedNodes(t, ns, "data")
+	asked := recordAnnotation(t, ns, "data", kube.AnnLifecycle)
 	start := time.Now()
 	claimAndPod(t, ns, "data", "thick", "2Gi", corev1.PersistentVolumeFilesystem, nil)
 	pvc, pv := waitBound(t, ns, "data")
@@ -232,6 +257,9 @@ func TestPodClaimBoundThenDeleted(t *testing.T) {
 	assert.Equal(t, []string{kube.StateDeleting, kube.StateDeleted}, states)
 	pvGone(t, name)
 	assert.Empty(t, lvNames(t, big))
+	// The claim was asked for once: the library's second look at it, before
+	// its PV informer showed the saved PV, reused the agent's answer.
+	assert.Equal(t, []string{kube.StateCreating, kube.StateCreated}, asked(), "the claim's lifecycle, each change once")
 }
 
 func TestBlockClaim(t *testing.T) {
@@ -658,4 +686,36 @@ func TestProvisionerNodeHostnameDiffers(t *testing.T) {
 	deleteClaim(t, ns, "data")
 	pvGone(t, pv.Name)
 	assert.Empty(t, lvNames(t, renamed))
+}
+
+// Claims and their Pods created together, as a user applies them: each
+// claim is asked for once (creating, then created, and nothing after),
+// although the provisioner library looks at a claim again once the request
+// and the answer updated it, and its PV informer may not show the PV yet;
+// and each PV's removal is asked once too.
+func TestClaimsAskedOnce(t *testing.T) {
+	ns := newNamespace(t)
+	storageClass(t, "once", storagev1.VolumeBindingWaitForFirstConsumer, corev1.PersistentVolumeReclaimDelete, map[string]string{"volumeGroup": "vg1"})
+	const n = 4 // Pods of 1 CPU: as many as the big node holds
+	asked := make([]func() []string, n)
+	for i := range n {
+		name := fmt.Sprintf("c%d", i)
+		asked[i] = recordAnnotation(t, ns, name, kube.AnnLifecycle)
+		claimAndPod(t, ns, name, "once", "2Gi", corev1.PersistentVolumeFilesystem, map[string]string{corev1.LabelHostname: "big"})
+	}
+	pvs := make([]string, n)
+	removal := make([]func() []string, n)
+	for i := range n {
+		_, pv := waitBound(t, ns, fmt.Sprintf("c%d", i))
+		pvs[i] = pv.Name
+		removal[i] = recordPVAnnotation(t, pv.Name, kube.AnnLifecycle)
+	}
+	for i := range n {
+		deleteClaim(t, ns, fmt.Sprintf("c%d", i))
+	}
+	for i := range n {
+		pvGone(t, pvs[i])
+		assert.Equal(t, []string{kube.StateCreating, kube.StateCreated}, asked[i](), "claim c%d's lifecycle, each change once", i)
+		assert.Equal(t, []string{kube.StateDeleting, kube.StateDeleted}, removal[i](), "PV of c%d: its lifecycle, each change once", i)
+	}
 }
