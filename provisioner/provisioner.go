@@ -52,7 +52,8 @@ type Config struct {
 	// and the agent's create is idempotent).
 	Timeout time.Duration
 	// CapacityAnnotation is the Node annotation where the agents publish
-	// their capacity, and the kind of clone they make in each volume group.
+	// their capacity, and the kind of clone they make and whether they grow
+	// volumes in each volume group.
 	CapacityAnnotation string
 }
 

@@ -56,7 +56,7 @@ func provisionerMain(args []string) int {
 	fs.BoolVar(&o.publishCapacity, "publish-capacity", true, "keep one CSIStorageCapacity per node and StorageClass from the Node capacity annotation (the CSIDriver object must say storageCapacity: true for the scheduler to use them; with false, also set it false)")
 	fs.BoolVar(&o.label, "label-requests", true, "give the requests of provisioners that do not label (PVCs creating, PVs deleting, without "+kube.LabelNode+") the label of their node, while leading, so that hybrid-mode agents see them through their labelled watch")
 	fs.BoolVar(&o.resize, "resize", true, "grow the local PVs it made when their claim asks for more (StorageClasses with allowVolumeExpansion), while leading, through the node's agent; kubelet then grows the filesystem online")
-	fs.StringVar(&o.capacityAnnotation, "node-capacity-annotation", kube.DefaultCapacityAnnotation, "Node annotation the agents publish their capacity in (and the kind of clone they make in each volume group)")
+	fs.StringVar(&o.capacityAnnotation, "node-capacity-annotation", kube.DefaultCapacityAnnotation, "Node annotation the agents publish their capacity in (and the kind of clone they make, and whether they grow volumes, in each volume group)")
 	var logs logFlags
 	logs.addFlags(fs)
 	if code, ok := parseFlags(fs, args); !ok {
@@ -113,7 +113,7 @@ func runProvisioner(o provisionerOptions) error {
 		// Clones are placed on their source's node before any Pod is.
 		go provisioner.RunPlacer(ctx, client, p)
 		if o.resize {
-			go provisioner.RunResizer(ctx, client, provisioner.NewResizer(client, provisioner.Config{Name: o.name, Timeout: o.timeout}), o.workers)
+			go provisioner.RunResizer(ctx, client, provisioner.NewResizer(client, provisioner.Config{Name: o.name, Timeout: o.timeout, CapacityAnnotation: o.capacityAnnotation}), o.workers)
 		}
 		if o.label {
 			// The library serves the default registry at --metrics-port.
