@@ -25,9 +25,9 @@ grow_fs() {
   show kubectl exec grower -- df -h /data
   show kubectl patch pvc grow -p "{\"spec\":{\"resources\":{\"requests\":{\"storage\":\"${to}Mi\"}}}}"
   pv=$(kubectl get pvc grow -o jsonpath='{.spec.volumeName}')
-  # kubelet grows the filesystem at its next sync of the Pod (about a minute).
-  within 300 "${to}Mi in pvc/grow's status (kubelet's filesystem grow)" \
-    eval '[ "$(kubectl get pvc grow -o jsonpath="{.status.capacity.storage}")" = '"${to}Mi"' ]'
+  # kubelet grows the filesystem at its next sync of the Pod (about a
+  # minute), then sets the claim's capacity: one watch, not a kubectl a second.
+  show kubectl wait --for=jsonpath='{.status.capacity.storage}'="${to}Mi" pvc/grow --timeout=300s
   show kubectl get pvc grow
   show kubectl get events --field-selector involvedObject.name=grow --sort-by=.lastTimestamp
   show lvm lvs -o lv_name,lv_size vg1
@@ -67,7 +67,7 @@ show kubectl patch pvc raw -p '{"spec":{"resources":{"requests":{"storage":"128M
 raw_grown() { [ "$(kubectl exec raw -- blockdev --getsize64 /dev/xvda)" = $((128 << 20)) ]; }
 within 120 "134217728 bytes on pod/raw's /dev/xvda" raw_grown
 show kubectl exec raw -- blockdev --getsize64 /dev/xvda
-within 60 "128Mi in pvc/raw's status" eval '[ "$(kubectl get pvc raw -o jsonpath="{.status.capacity.storage}")" = 128Mi ]'
+show kubectl wait --for=jsonpath='{.status.capacity.storage}'=128Mi pvc/raw --timeout=60s
 show kubectl get pvc raw
 
 step "A request bigger than the VG (8 GiB): a Warning, the LV as it was" \

@@ -131,6 +131,17 @@ owned() { # owned CLAIM: how many LVs of vg1 carry CLAIM's ownership tag
   uid=$(kubectl get pvc "$1" -o jsonpath='{.metadata.uid}')
   lvm lvs --noheadings -o lv_tags vg1 | grep -c -E "lvm-agent\.pvc\.$uid(,|[[:space:]]*\$)" || true
 }
+# cpu_table: where the guest's CPU went, to look for what to cut (make
+# test's budget): CPU seconds since boot per process name, with the children
+# it reaped (bash's: the kubectl runs of these scripts; lvmd's: its lvm
+# commands), the top 15.
+cpu_table() {
+  step "CPU seconds since boot per process name, with the children it reaped: the top 15"
+  # /proc/PID/stat: (comm), then utime, stime, cutime, cstime are the
+  # 14th to 17th fields; clock ticks of 100 Hz (busybox has no getconf).
+  cat /proc/[0-9]*/stat 2>/dev/null | awk '{ c = $2; sub(/^.*\) /, ""); t[c] += ($12 + $13 + $14 + $15) / 100 }
+    END { for (c in t) printf "%10.1f %s\n", t[c], c }' | sort -rn | awk 'NR <= 15'
+}
 within() { # within SECONDS WHAT COMMAND...: COMMAND succeeds before the deadline
   local end=$((SECONDS + $1)) what=$2
   shift 2
@@ -310,11 +321,7 @@ show kubectl get node "$(hostname)" -o jsonpath='{.metadata.annotations.csi\.ali
   bench
   . "$here/bench-grow.sh"
   bench_grow
-  step "Bench: CPU seconds used since boot per process name, with the children it reaped (lvmd's lvm commands...): the top 15"
-  # /proc/PID/stat: (comm), then utime, stime, cutime, cstime are the
-  # 14th to 17th fields; clock ticks of 100 Hz (busybox has no getconf).
-  cat /proc/[0-9]*/stat 2>/dev/null | awk '{ c = $2; sub(/^.*\) /, ""); t[c] += ($12 + $13 + $14 + $15) / 100 }
-    END { for (c in t) printf "%10.1f %s\n", t[c], c }' | sort -rn | head -15
+  cpu_table
   exit 0
 }
 
@@ -464,4 +471,5 @@ show kubectl get pv "$pv"
 show lvm lvs -o lv_name,lv_size,lv_tags vg1
 tags=,$(lvm lvs --noheadings -o lv_tags vg1 | tr -d ' '),  # the only LV
 [[ $tags == *",lvm-agent.pvc.$uid,"* && $tags == *,lvm-agent.retained,* ]]
+cpu_table
 step "node: OK"
