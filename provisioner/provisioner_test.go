@@ -52,6 +52,9 @@ func TestParseParams(t *testing.T) {
 type world struct {
 	client *fake.Clientset
 	pvc    *corev1.PersistentVolumeClaim
+	// silent: no agent answers (the provisioner's deadline is then short;
+	// otherwise long, so that a loaded host's slow answer is still seen).
+	silent bool
 }
 
 func newWorld(t *testing.T, mode corev1.PersistentVolumeMode, answer map[string]string) *world {
@@ -61,7 +64,7 @@ func newWorld(t *testing.T, mode corev1.PersistentVolumeMode, answer map[string]
 		Annotations: map[string]string{kube.AnnSelectedNode: "node-a"}},
 		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, VolumeMode: &mode,
 			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
-	w := &world{client: fake.NewClientset(node, pvc), pvc: pvc}
+	w := &world{client: fake.NewClientset(node, pvc), pvc: pvc, silent: answer == nil}
 	w.client.PrependWatchReactor("*", func(a clienttesting.Action) (bool, watch.Interface, error) {
 		wi, err := w.client.Tracker().Watch(a.GetResource(), a.GetNamespace())
 		if answer != nil && err == nil {
@@ -95,7 +98,11 @@ func class(mode storagev1.VolumeBindingMode, reclaim corev1.PersistentVolumeRecl
 var created = map[string]string{kube.AnnLifecycle: kube.StateCreated, kube.AnnDevice: "/dev/vg0/pvc-uid-1"}
 
 func provision(t *testing.T, w *world, sc *storagev1.StorageClass) (*corev1.PersistentVolume, controller.ProvisioningState, error) {
-	p := New(w.client, Config{Timeout: 500 * time.Millisecond})
+	timeout := 30 * time.Second
+	if w.silent {
+		timeout = 300 * time.Millisecond
+	}
+	p := New(w.client, Config{Timeout: timeout})
 	return p.Provision(context.Background(), controller.ProvisionOptions{StorageClass: sc, PVName: "pvc-uid-1", PVC: w.pvc, SelectedNodeName: "node-a"})
 }
 
