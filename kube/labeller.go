@@ -231,5 +231,5 @@ func (l *Labeller) nodeOfHostname(ctx context.Context, host string) (string, err
 		klog.InfoS("Several Nodes carry a local PV's hostname; not labelling it", "hostname", host, "nodes", len(nodes))
 		return "", nil
 	}
-	return nodes[0], nil
+	return nodes[0].Name, nil
 }

@@ -163,19 +163,15 @@ func LocalPVHostname(pv *corev1.PersistentVolume) (string, bool) {
 	return value, ok && pv.Spec.Local != nil && key == corev1.LabelHostname
 }
 
-// NodesOfHostname names the Nodes whose kubernetes.io/hostname label is
-// host (kubelet's --hostname-override makes it differ from the node name).
-func NodesOfHostname(ctx context.Context, c kubernetes.Interface, host string) ([]string, error) {
+// NodesOfHostname is the Nodes whose kubernetes.io/hostname label is host
+// (kubelet's --hostname-override makes it differ from the node name).
+func NodesOfHostname(ctx context.Context, c kubernetes.Interface, host string) ([]corev1.Node, error) {
 	nodes, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{
 		LabelSelector: labels.Set{corev1.LabelHostname: host}.AsSelector().String()})
 	if err != nil {
 		return nil, fmt.Errorf("list the Nodes of hostname %s: %w", host, err)
 	}
-	names := make([]string, 0, len(nodes.Items))
-	for _, n := range nodes.Items {
-		names = append(names, n.Name)
-	}
-	return names, nil
+	return nodes.Items, nil
 }
 
 // affinityNode is the key and the value of a PV's required node affinity,

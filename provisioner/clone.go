@@ -127,7 +127,7 @@ func (p *Provisioner) cloneSource(ctx context.Context, pvc *corev1.PersistentVol
 	case len(nodes) > 1:
 		return refuse("is on hostname %s, which %d Nodes carry", host, len(nodes))
 	}
-	return cloneSource{Node: nodes[0], VolumeGroup: vg, Name: lv, Size: have.Value()}, nil
+	return cloneSource{Node: nodes[0].Name, VolumeGroup: vg, Name: lv, Size: have.Value()}, nil
 }
 
 func className(pvc *corev1.PersistentVolumeClaim) string {
@@ -174,16 +174,19 @@ func (p *Provisioner) cloneFrom(ctx context.Context, opts controller.ProvisionOp
 // the original design, or an older lvm-agent, says none: it would ignore
 // or refuse the spec's source, and must never be sent one.
 func cloneKind(node *corev1.Node, annotation, vg string) string {
-	entries, err := kube.DecodeStorageTopology(node.Annotations[annotation])
-	if err != nil {
-		return ""
-	}
+	return capacityEntry(node, annotation, vg).Clone
+}
+
+// capacityEntry is vg's entry in node's capacity annotation (what its agent
+// says of that volume group), the zero entry when there is none.
+func capacityEntry(node *corev1.Node, annotation, vg string) kube.StorageCapacity {
+	entries, _ := kube.DecodeStorageTopology(node.Annotations[annotation])
 	for _, e := range entries {
 		if e.Name == vg {
-			return e.Clone
+			return e
 		}
 	}
-	return ""
+	return kube.StorageCapacity{}
 }
 
 // AnnPreResizeCapacity is Kubernetes' own way to say that a volume's

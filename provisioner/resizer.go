@@ -11,8 +11,6 @@ import (
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/workqueue"
@@ -107,17 +105,13 @@ func (r *Resizer) agentGrows(ctx context.Context, pv *corev1.PersistentVolume, v
 	if !ok {
 		return status.Error(codes.InvalidArgument, fmt.Sprintf("PV %s names no node (kubernetes.io/hostname affinity)", pv.Name))
 	}
-	nodes, err := r.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{
-		LabelSelector: labels.Set{corev1.LabelHostname: host}.AsSelector().String()})
+	nodes, err := kube.NodesOfHostname(ctx, r.client, host)
 	if err != nil {
-		return status.Error(codes.Unavailable, fmt.Sprintf("list the Nodes of hostname %s: %v", host, err))
+		return status.Error(codes.Unavailable, err.Error())
 	}
-	for _, n := range nodes.Items {
-		entries, _ := kube.DecodeStorageTopology(n.Annotations[r.cfg.CapacityAnnotation])
-		for _, e := range entries {
-			if e.Name == vg && e.Grow {
-				return nil
-			}
+	for i := range nodes {
+		if capacityEntry(&nodes[i], r.cfg.CapacityAnnotation, vg).Grow {
+			return nil
 		}
 	}
 	return status.Error(codes.InvalidArgument, fmt.Sprintf("PV %s cannot grow: the agent on node %s does not say it grows volumes of volume group %s (annotation %s has no \"grow\": an agent of the original design, one in front of google/lvmd, or an older lvm-agent)",
