@@ -415,6 +415,13 @@ func TestNoVolumeForTerminatingClaim(t *testing.T) {
 			kube.AnnSpec: `{"volumeGroup":"thick","name":"lv1","size":4096}`}}}
 	_, err := e.client.CoreV1().PersistentVolumeClaims("default").Create(context.Background(), pvc, metav1.CreateOptions{})
 	require.NoError(t, err)
+	e.requireTerminatingNoLV(t)
+}
+
+// requireTerminatingNoLV: default/pvc is answered failed/ClaimTerminating
+// and no LV is left in "thick".
+func (e *env) requireTerminatingNoLV(t *testing.T) {
+	t.Helper()
 	ann := e.waitPVC(t, "default", "pvc")
 	assert.Equal(t, kube.StateFailed, ann[kube.AnnLifecycle])
 	assert.Equal(t, kube.ReasonClaimTerminating, ann[kube.AnnReason])

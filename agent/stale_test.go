@@ -100,12 +100,7 @@ func TestVolumeOfTerminatingClaimRemoved(t *testing.T) {
 		return nil
 	})
 	e.pvc(t, "default", "pvc", node, spec(`{"volumeGroup":"thick","name":"lv1","size":4096}`))
-	ann := e.waitPVC(t, "default", "pvc")
-	assert.Equal(t, kube.StateFailed, ann[kube.AnnLifecycle])
-	assert.Equal(t, kube.ReasonClaimTerminating, ann[kube.AnnReason])
-	lvs, err := e.lvm.List("thick")
-	require.NoError(t, err)
-	assert.Empty(t, lvs)
+	e.requireTerminatingNoLV(t)
 }
 
 // settle waits until hooked has fired and the agent holds no request and
