@@ -55,6 +55,7 @@ func TestDeployManifests(t *testing.T) {
 	}{
 		{"base", checkSidecar},
 		{"overlays/host-lvmd", checkHostLVMD},
+		{"overlays/clones", checkClones},
 	} {
 		t.Run(tc.dir, func(t *testing.T) {
 			objs := renderKustomization(t, filepath.Join(deployDir(), tc.dir))
@@ -195,6 +196,33 @@ func checkSidecar(t *testing.T, objs []*unstructured.Unstructured) {
 		assert.NotEmpty(t, dc.VolumeGroup)
 		assert.NotNil(t, dc.SpareGB, "spare-gb set (lvmd keeps 10 GiB free when it is not)")
 	}
+}
+
+// checkClones: the sidecar deployment, with a thin device class (thin
+// clones) and an agent that can copy thick ones (components/thick-clones):
+// privileged, with the host's /dev, so new LVs' devices appear in it.
+func checkClones(t *testing.T, objs []*unstructured.Unstructured) {
+	checkSidecar(t, objs)
+	ds := deployTyped[appsv1.DaemonSet](t, deployFind(t, objs, "DaemonSet", "lvm-agent"))
+	pod := ds.Spec.Template.Spec
+	agentC := podContainer(t, pod, "lvm-agent")
+	require.NotNil(t, agentC.SecurityContext)
+	assert.Equal(t, ptrTo(true), agentC.SecurityContext.Privileged)
+	assert.Equal(t, "/dev", podMountPath(t, agentC, "host-dev"))
+	v := podVolume(t, pod, "host-dev")
+	require.NotNil(t, v.HostPath)
+	assert.Equal(t, "/dev", v.HostPath.Path)
+	cm := deployTyped[corev1.ConfigMap](t, deployFind(t, objs, "ConfigMap", podVolume(t, pod, "lvmd-config").ConfigMap.Name))
+	var cfg struct {
+		SocketName    string                   `json:"socket-name"`
+		DeviceClasses []*lvmdtypes.DeviceClass `json:"device-classes"`
+	}
+	strictYAML(t, []byte(cm.Data["lvmd.yaml"]), &cfg)
+	kinds := map[string]string{}
+	for _, dc := range cfg.DeviceClasses {
+		kinds[dc.Name] = string(dc.Type)
+	}
+	assert.Equal(t, map[string]string{"vg1": "", "thin": "thin"}, kinds)
 }
 
 func checkHostLVMD(t *testing.T, objs []*unstructured.Unstructured) {

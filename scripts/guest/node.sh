@@ -111,7 +111,8 @@ spec:
   volumes: [{name: data, $vol}]
 YAML
 }
-pvc_yaml() { # pvc_yaml NAME SIZE [CLASS [MODE [LABEL]]]
+pvc_yaml() { # pvc_yaml NAME SIZE [CLASS [MODE [LABEL [SOURCE]]]]: SOURCE, a claim to clone
+  local source=${6:+"dataSource: {kind: PersistentVolumeClaim, name: $6}"}
   cat <<YAML
 ---
 apiVersion: v1
@@ -122,10 +123,23 @@ spec:
   volumeMode: ${4:-Filesystem}
   accessModes: [ReadWriteOnce]
   resources: {requests: {storage: $2}}
+  $source
 YAML
 }
 pod() { pod_yaml "$@" | kubectl apply -f -; }
 pvc() { pvc_yaml "$@" | kubectl apply -f -; }
+volumes() { lvm lvs --noheadings -S 'lv_name!=pool0' "$@" vg1; } # vg1's LVs but the thin pool
+thin_class() { # the StorageClass lvm-thin-ext4: thin LVs in vg1/pool0 (lvmd's class "thin"), ext4, Delete
+  kubectl apply -f - <<'YAML'
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: lvm-thin-ext4}
+provisioner: lvm.lvm-agent.io
+volumeBindingMode: WaitForFirstConsumer
+allowVolumeExpansion: true
+parameters: {volumeGroup: thin, fsType: ext4}
+YAML
+}
 owned() { # owned CLAIM: how many LVs of vg1 carry CLAIM's ownership tag
   local uid
   uid=$(kubectl get pvc "$1" -o jsonpath='{.metadata.uid}')
@@ -273,15 +287,17 @@ bench() {
 }
 
 if [ -n "$vg_device" ]; then
-  step "LVM on the node: vg1 on its own disk, $vg_device" \
-    "deploy/base's lvmd config names the volume group vg1; lvmd will make LVs in it." \
+  step "LVM on the node: vg1 on its own disk, $vg_device, with a thin pool vg1/pool0" \
+    "deploy/overlays/clones' lvmd config names the volume group vg1 and the thin pool; lvmd will make LVs in them." \
     "The disk is a sparse file on the host: a node booted again on it finds its LVs, activated by lvm2 at boot."
 else
-  step "LVM on the node: vg1 on a 2 GiB sparse loop file" \
-    "deploy/base's lvmd config names the volume group vg1; lvmd will make LVs in it."
+  step "LVM on the node: vg1 on a 2 GiB sparse loop file, with a thin pool vg1/pool0" \
+    "deploy/overlays/clones' lvmd config names the volume group vg1 and the thin pool; lvmd will make LVs in them."
 fi
-LVM_VG=vg1 LVM_THIN_POOL_SIZE=0 LVM_LOOP_SIZE=2G LVM_DEVICE=$vg_device setup-lvm.sh
-show lvm vgs vg1
+# The thin pool is the operator's (lvmd's config names it); lvmd's sidecar
+# has its own config, so none is written here.
+LVM_VG=vg1 LVM_THIN_POOL_SIZE=256M LVMD_CONFIG='' LVM_LOOP_SIZE=2G LVM_DEVICE=$vg_device setup-lvm.sh
+show lvm lvs vg1
 
 step "A one-node Kubernetes cluster, every part real" \
   "etcd, kube-apiserver, controller-manager, scheduler, containerd, kubelet, kube-proxy (scripts/guest/cluster.sh)."
@@ -321,6 +337,8 @@ show kubectl get node "$(hostname)" -o jsonpath='{.metadata.annotations.csi\.ali
   bench
   . "$here/bench-grow.sh"
   bench_grow
+  . "$here/bench-clone.sh"
+  bench_clone
   cpu_table
   exit 0
 }
@@ -377,6 +395,7 @@ echo
 [ "$(dd if="$dev" bs=28 count=1 2>/dev/null)" = "raw bytes on an lvm-agent LV" ]
 
 . "$here/expand.sh" # volumes grow under running Pods (issue 26)
+. "$here/clone.sh"  # clones, thin and thick (issue 27)
 
 step "The PVCs deleted: their PVs and LVs go" \
   "reclaimPolicy: Delete: the provisioner asks the agent to remove the LV, then deletes the PV."
@@ -387,7 +406,7 @@ show kubectl delete pvc data raw --wait
 show kubectl wait --for=delete $pvs --timeout=600s
 show kubectl get pv
 show lvm lvs vg1
-[ -z "$(lvm lvs --noheadings vg1)" ]
+[ -z "$(volumes)" ]
 if [ "$mode" = demo ]; then
   step "demo: OK" "Next: README.md's 'Storage for a Pod' for a real cluster; make test runs the full scenario (scripts/guest/node.sh --mode full)."
   exit 0
@@ -406,7 +425,7 @@ show kubectl get pvc huge
 [ "$(kubectl get pvc huge -o jsonpath='{.status.phase}')" = Pending ]
 show lvm lvs vg1
 [ "$(owned huge)" = 0 ]
-[ -z "$(lvm lvs --noheadings vg1)" ]
+[ -z "$(volumes)" ]
 show kubectl delete pod huge --wait
 show kubectl delete pvc huge --wait
 
@@ -425,7 +444,7 @@ show lvm lvs -o lv_name,lv_size,lv_tags vg1
 # One list of the claims and one of the LVs' tags for all ten (a kubectl run
 # costs about a second of the guest's CPU under TCG: two per claim did).
 kubectl get pvc -l app=many -o jsonpath='{range .items[*]}{.metadata.name} {.status.phase} {.metadata.uid}{"\n"}{end}' >"$CLUSTER_DIR/many.claims"
-tags=$(lvm lvs --noheadings -o lv_tags vg1)
+tags=$(volumes -o lv_tags)
 [ "$(wc -l <"$CLUSTER_DIR/many.claims")" = 10 ]
 while read -r name phase uid; do
   [ "$phase" = Bound ] || { echo "pvc/$name not Bound"; false; }
@@ -436,7 +455,7 @@ for i in $(seq 1 10); do
   # shellcheck disable=SC2016 # eval expands it
   within 120 "file in pod/many-$i" eval '[ "$(kubectl exec "many-$i" -- cat /data/file 2>/dev/null)" = "claim $i" ]'
 done
-[ "$(lvm lvs --noheadings vg1 | wc -l)" = 10 ]
+[ "$(volumes | wc -l)" = 10 ]
 echo "node: ten claims Bound, exactly one LV each"
 
 step "All ten deleted: the PVs released, deleted, gone; no LV left"
@@ -447,9 +466,9 @@ show kubectl get pv
 # shellcheck disable=SC2086 # one word per PV
 show kubectl wait --for=delete $pvs --timeout=900s
 show lvm lvs vg1
-[ -z "$(lvm lvs --noheadings vg1)" ]
+[ -z "$(volumes)" ]
 
-step "A Retain class (thick, on vg1: the guest's lvmd serves no thin class) keeps its LV"
+step "A Retain class keeps its LV"
 kubectl apply -f - <<'YAML'
 apiVersion: storage.k8s.io/v1
 kind: StorageClass
@@ -469,7 +488,7 @@ show kubectl delete pvc kept --wait
 show kubectl wait --for=jsonpath='{.status.phase}'=Released "pv/$pv" --timeout=600s
 show kubectl get pv "$pv"
 show lvm lvs -o lv_name,lv_size,lv_tags vg1
-tags=,$(lvm lvs --noheadings -o lv_tags vg1 | tr -d ' '),  # the only LV
+tags=,$(volumes -o lv_tags | tr -d ' '),  # the only LV
 [[ $tags == *",lvm-agent.pvc.$uid,"* && $tags == *,lvm-agent.retained,* ]]
 cpu_table
 step "node: OK"

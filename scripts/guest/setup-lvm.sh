@@ -18,7 +18,7 @@
 #   LVM_LOOP_SIZE      its sparse size     (2G)
 #   LVM_THIN_POOL_SIZE size of $LVM_VG/pool0 (1G; thick LVs get the rest;
 #                      0: no pool and no lvmd config, a plain VG)
-#   LVMD_CONFIG        lvmd config to write (/etc/topolvm/lvmd.yaml)
+#   LVMD_CONFIG        lvmd config to write (/etc/topolvm/lvmd.yaml; empty: none)
 #   LVMD_SOCKET        lvmd's socket        (/run/topolvm/lvmd.sock)
 set -euo pipefail
 
@@ -28,7 +28,7 @@ DEVICE=${LVM_DEVICE:-}
 FILE=${LVM_LOOP_FILE:-/var/lib/lvm-agent/$VG.img}
 SIZE=${LVM_LOOP_SIZE:-2G}
 POOL_SIZE=${LVM_THIN_POOL_SIZE:-1G}
-CONFIG=${LVMD_CONFIG:-/etc/topolvm/lvmd.yaml}
+CONFIG=${LVMD_CONFIG-/etc/topolvm/lvmd.yaml}
 SOCKET=${LVMD_SOCKET:-/run/topolvm/lvmd.sock}
 
 lvm=$(command -v lvm) || { echo "setup-lvm: lvm not found (install lvm2)" >&2; exit 1; }
@@ -67,6 +67,7 @@ if [ "$POOL_SIZE" = 0 ]; then
   echo "setup-lvm: $VG on $where, no thin pool"
   exit 0
 fi
+[ -n "$CONFIG" ] || { echo "setup-lvm: $VG on $where, thin pool $VG/$POOL ($POOL_SIZE), no lvmd config"; exit 0; }
 
 # spare-gb must be set: lvmd keeps 10 GiB free per class by default, more than
 # the whole test VG. lvm-command-prefix runs lvm directly; the default wraps it

@@ -1,0 +1,97 @@
+# Sourced by node.sh in bench mode, after bench_grow, with its helpers:
+# issue 27's figures, all on the guest's clock.
+#   thick  a 256 MiB Block volume filled with random bytes by a Pod that is
+#          then deleted; a thick clone of it, copied by the agent (its
+#          "Clone copied and verified" line: the copy until the last chunk
+#          is written, then the flush and the read-back check); then, on the
+#          node, with the page cache dropped, `dd if=SRC of=DST bs=4M
+#          oflag=direct` over the same two LVs. The rates side by side.
+#   thin   PVC created -> Pod Running (kubectl apply -> kubectl wait), a
+#          plain thin PVC and a thin clone of a 64 MiB thin volume whose Pod
+#          runs, alternately, $runs of each; the medians.
+# shellcheck shell=bash
+since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.3f", b - a }'; } # since T0: seconds
+bench_clone() {
+  local w=$CLUSTER_DIR/bench-clone i t0 pvs src dst line start=$SECONDS
+  mkdir -p "$w"
+  step "Bench: a thick clone's copy beside dd's on the same LVs; a thin clone's PVC -> Pod Running beside a plain thin PVC's ($runs each)"
+  thin_class
+  { pvc_yaml bsrc 256Mi lvm-thick Block benchclone
+    pod_yaml bsrc 'dd if=/dev/urandom of=/dev/xvda bs=4M count=64 && sync && echo filled' bsrc benchclone Block
+  } | kubectl apply -f - >/dev/null
+  kubectl wait --for=condition=Ready pod/bsrc --timeout=600s >/dev/null
+  within 300 "the 256 MiB written in pod/bsrc" eval 'kubectl logs bsrc | grep -qx filled'
+  kubectl delete pod bsrc --wait >/dev/null
+  { pvc_yaml bcopy 256Mi lvm-thick Block benchclone bsrc
+    pod_yaml bcopy true bcopy benchclone Block
+  } | kubectl apply -f - >/dev/null
+  kubectl wait --for=condition=Ready pod/bcopy --timeout=900s >/dev/null
+  kubectl delete pod bcopy --wait >/dev/null
+  src=$(kubectl get pv "$(kubectl get pvc bsrc -o jsonpath='{.spec.volumeName}')" -o jsonpath='{.spec.local.path}')
+  dst=$(kubectl get pv "$(kubectl get pvc bcopy -o jsonpath='{.spec.volumeName}')" -o jsonpath='{.spec.local.path}')
+  cmp "$src" "$dst" # the agent's copy, byte for byte
+  sync && echo 3 >/proc/sys/vm/drop_caches
+  t0=$EPOCHREALTIME
+  dd if="$src" of="$dst" bs=4M oflag=direct 2>"$w/dd.err"
+  echo "dd $(since "$t0")" >"$w/dd.txt"
+  line=$(kubectl -n lvm-agent logs ds/lvm-agent -c lvm-agent | grep 'Clone copied and verified' | tail -n 1)
+  echo "$line" >"$w/agent.txt"
+  # shellcheck disable=SC2016 # awk's own $
+  awk -v line="$line" '
+    function dur(s) { # a Go duration: 1.5s, 850.2ms, 1m2.5s
+      if (s ~ /ms$/) return substr(s, 1, length(s) - 2) / 1000
+      if (s ~ /m[0-9.]+s$/) { split(s, p, "m"); return p[1] * 60 + substr(p[2], 1, length(p[2]) - 1) }
+      return substr(s, 1, length(s) - 1)
+    }
+    function field(k,   r) { r = line; sub(".* " k "=\"?", "", r); sub("[\" ].*", "", r); return r }
+    { dd = $2 }
+    END {
+      mib = field("bytes") / 1048576; c = dur(field("copy")); v = dur(field("verify"))
+      printf "thick clone of %d MiB   agent copy %.3f s (%.1f MiB/s), then flush + read-back check %.3f s\n", mib, c, mib / c, v
+      printf "                         dd bs=4M oflag=direct %.3f s (%.1f MiB/s)\n", dd, mib / dd
+      printf "                         agent copy rate / dd rate: %.2f (with the check: %.2f)\n", dd / c, dd / (c + v)
+    }' "$w/dd.txt" | tee "$w/thick.txt"
+  pvs=$(kubectl get pvc -l app=benchclone -o jsonpath='{range .items[*]}pv/{.spec.volumeName} {end}')
+  kubectl delete pvc -l app=benchclone --wait >/dev/null
+  # shellcheck disable=SC2086 # one word per PV
+  kubectl wait --for=delete $pvs --timeout=600s >/dev/null
+
+  { pvc_yaml tsrc 64Mi lvm-thin-ext4 Filesystem benchthin
+    pod_yaml tsrc 'echo source >/data/file && sync /data/file' tsrc benchthin
+  } | kubectl apply -f - >/dev/null
+  kubectl wait --for=condition=Ready pod/tsrc --timeout=600s >/dev/null
+  : >"$w/thin.txt"
+  for i in $(seq 1 "$runs"); do
+    for kind in plain clone; do
+      t0=$EPOCHREALTIME
+      { pvc_yaml "t$kind-$i" 64Mi lvm-thin-ext4 Filesystem benchthin "$([ $kind = plain ] || echo tsrc)"
+        pod_yaml "t$kind-$i" true "t$kind-$i" benchthin
+      } | kubectl apply -f - >/dev/null
+      kubectl wait --for=condition=Ready "pod/t$kind-$i" --timeout=600s >/dev/null
+      echo "$i $kind $(since "$t0")" >>"$w/thin.txt"
+      pvs=$(kubectl get pvc "t$kind-$i" -o jsonpath='pv/{.spec.volumeName}')
+      kubectl delete pod "t$kind-$i" --wait >/dev/null
+      kubectl delete pvc "t$kind-$i" --wait >/dev/null
+      kubectl wait --for=delete "$pvs" --timeout=600s >/dev/null
+    done
+    echo "bench: thin run $i done ($((SECONDS - start)) s)"
+  done
+  [ "$(kubectl exec tsrc -- cat /data/file)" = source ]
+  kubectl delete pod tsrc --wait >/dev/null
+  kubectl delete pvc tsrc --wait >/dev/null
+  ! grep -q ' /share ' /proc/mounts || cp -r "$w" /share/bench-clone
+  # shellcheck disable=SC2016 # awk's own $
+  awk '
+    function median(a, n,   i, j, t) {
+      for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    }
+    { printf "thin run %-3s %-6s PVC created -> Pod Running %.3f s\n", $1, $2, $3; v[$2, ++n[$2]] = $3 }
+    END {
+      for (i = 1; i <= n["plain"]; i++) p[i] = v["plain", i]
+      for (i = 1; i <= n["clone"]; i++) c[i] = v["clone", i]
+      mp = median(p, n["plain"]); mc = median(c, n["clone"])
+      printf "thin median   plain %.3f s   clone %.3f s   clone / plain %.2f\n", mp, mc, mc / mp
+    }' "$w/thin.txt"
+  step "bench clone: OK"
+}
