@@ -82,13 +82,20 @@ func TestChartModes(t *testing.T) {
 	for _, tc := range []struct {
 		mode  string
 		check func(t *testing.T, objs []*unstructured.Unstructured)
+		sets  []string
 	}{
-		{"sidecar", checkSidecar},
-		{"host", checkHostLVMD},
-		{"none", checkNoLVMD},
+		{"sidecar", checkSidecar, nil},
+		{"host", checkHostLVMD, nil},
+		{"none", checkNoLVMD, nil},
+		{"sidecar", checkThickClones, []string{"agent.thickClones=true"}},
+		{"none", checkThickClones, []string{"agent.thickClones=true"}},
 	} {
-		t.Run(tc.mode, func(t *testing.T) {
-			objs := renderChart(t, "lvmd.mode="+tc.mode)
+		name := tc.mode
+		if len(tc.sets) > 0 {
+			name += " " + tc.sets[0]
+		}
+		t.Run(name, func(t *testing.T) {
+			objs := renderChart(t, append([]string{"lvmd.mode=" + tc.mode}, tc.sets...)...)
 			checkCommon(t, objs)
 			tc.check(t, objs)
 			checkChartProvisioner(t, objs)

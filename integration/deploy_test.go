@@ -198,11 +198,10 @@ func checkSidecar(t *testing.T, objs []*unstructured.Unstructured) {
 	}
 }
 
-// checkClones: the sidecar deployment, with a thin device class (thin
-// clones) and an agent that can copy thick ones (components/thick-clones):
-// privileged, with the host's /dev, so new LVs' devices appear in it.
-func checkClones(t *testing.T, objs []*unstructured.Unstructured) {
-	checkSidecar(t, objs)
+// checkThickClones: an agent that can copy thick clones (the chart's
+// agent.thickClones, deploy/components/thick-clones): privileged, with the
+// host's /dev, so new LVs' devices appear in it.
+func checkThickClones(t *testing.T, objs []*unstructured.Unstructured) {
 	ds := deployTyped[appsv1.DaemonSet](t, deployFind(t, objs, "DaemonSet", "lvm-agent"))
 	pod := ds.Spec.Template.Spec
 	agentC := podContainer(t, pod, "lvm-agent")
@@ -212,6 +211,15 @@ func checkClones(t *testing.T, objs []*unstructured.Unstructured) {
 	v := podVolume(t, pod, "host-dev")
 	require.NotNil(t, v.HostPath)
 	assert.Equal(t, "/dev", v.HostPath.Path)
+}
+
+// checkClones: deploy/overlays/clones, the sidecar deployment with a thin
+// device class (thin clones) and thick clones.
+func checkClones(t *testing.T, objs []*unstructured.Unstructured) {
+	checkSidecar(t, objs)
+	checkThickClones(t, objs)
+	ds := deployTyped[appsv1.DaemonSet](t, deployFind(t, objs, "DaemonSet", "lvm-agent"))
+	pod := ds.Spec.Template.Spec
 	cm := deployTyped[corev1.ConfigMap](t, deployFind(t, objs, "ConfigMap", podVolume(t, pod, "lvmd-config").ConfigMap.Name))
 	var cfg struct {
 		SocketName    string                   `json:"socket-name"`
