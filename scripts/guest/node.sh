@@ -314,9 +314,14 @@ fi
 
 if [ "$install" = helm ]; then
   step "Install lvm-agent as a user would: helm install" \
-    "charts/lvm-agent with this guest's image names and pullPolicy Never (what deploy/overlays/guest sets)." \
+    "charts/lvm-agent with this guest's image names and pullPolicy Never, and clones on (agent.thickClones, lvmd's" \
+    "thin class in vg1/pool0: what deploy/overlays/guest sets)." \
     "It makes the lvm-agent DaemonSet (the agent and topolvm's lvmd on each node) and the provisioner Deployment."
-  show helm install lvm-agent "$bin/charts/lvm-agent" -n lvm-agent --create-namespace \
+  # shellcheck disable=SC2016 # YAML
+  sed -n '/^device-classes:/,$p' "$bin/deploy/overlays/clones/lvmd.yaml" | sed 's/^/    /' |
+    cat <(printf 'agent:\n  thickClones: true\nlvmd:\n  config:\n') - >"$CLUSTER_DIR/clones.values.yaml"
+  show cat "$CLUSTER_DIR/clones.values.yaml"
+  show helm install lvm-agent "$bin/charts/lvm-agent" -n lvm-agent --create-namespace -f "$CLUSTER_DIR/clones.values.yaml" \
     --set image.repository=localhost/lvm-agent/lvm-agent --set image.tag=guest --set image.pullPolicy=Never \
     --set lvmd.image.repository=localhost/lvm-agent/lvmd --set lvmd.image.tag=guest --set lvmd.image.pullPolicy=Never
 else
