@@ -57,7 +57,8 @@ run() {
   read -r b0 a0 < <(cpu)
   echo "$step $((start - t0))" >>"$work/started"
   printf '\n==> test: %s (at %d s; host load %s)\n' "$step" $((start - t0)) "$(cut -d' ' -f1-3 /proc/loadavg)"
-  LVM_AGENT_STEP=$step "$@" || rc=$?
+  # Its output also kept: the table's end names a failed step's failures.
+  LVM_AGENT_STEP=$step "$@" 2>&1 | tee "$work/$step.out" || rc=$?
   read -r b1 a1 < <(cpu)
   echo "$step $((start - t0)) $((SECONDS - start)) $(((b1 - b0) * 100 * ncpu / (a1 - a0 > 0 ? a1 - a0 : 1))) $([ $rc -eq 0 ] && echo ok || echo "FAIL($rc)")" >>"$work/rows"
   printf '==> test: %s %s in %d s\n' "$step" "$([ $rc -eq 0 ] && echo passed || echo "FAILED (exit $rc)")" $((SECONDS - start))
@@ -76,6 +77,12 @@ table() {
     awk -F'\t' -v s="$step" '$1 == s { printf "  %-56.56s %6s %6d\n", $2, "", $3 }' "$LVM_AGENT_TIMES"
   done
   printf '%-58s %6s %6d  %s\n' total '' $((SECONDS - t0)) "$([ "${failed:-1}" = 0 ] && echo PASS || echo FAIL)"
+  # Last, where a log's tail (CI's) shows it: what failed in each failed step.
+  sort -k2,2n "$work/rows" | while read -r step start wall cpu_pct result; do
+    case $result in FAIL*) ;; *) continue ;; esac
+    echo "failed in $step (its last failure lines; the whole output is above):"
+    grep -a -E -e '--- FAIL|^FAIL|FAILED|panic:|Error|error:|timed out|Unable to connect|no .* within|gofmt needed' "$work/$step.out" 2>/dev/null | tail -n 12 | cut -c1-200
+  done
 }
 trap 'table; rm -rf "$work"' EXIT
 trap 'failed=130; exit 130' INT TERM
