@@ -74,9 +74,11 @@ node test-node:
 	scripts/vm/node.sh
 
 # PVC created -> Pod Running on that cluster, median of RUNS, with its breakdown.
+# BENCH: only these of create,grow,clone.
 RUNS ?= 5
+BENCH ?= create,grow,clone
 bench-node:
-	scripts/vm/node.sh --timeout 2700 -- --mode bench --runs $(RUNS)
+	scripts/vm/node.sh --timeout 2700 -- --mode bench --runs $(RUNS) --bench $(BENCH)
 
 # The images that cluster runs, as tarballs (no container engine).
 images:

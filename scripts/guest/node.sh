@@ -27,10 +27,13 @@
 #          RUNS times (one warm-up run first, not counted), each run's
 #          breakdown and the medians (see bench() below for the boundaries);
 #          then PVC grown -> the new size seen in the running Pod, the same
-#          way, beside lvextend + resize2fs by hand (bench-grow.sh).
+#          way, beside lvextend + resize2fs by hand (bench-grow.sh); then
+#          a thick clone's copy beside dd, a thin clone's PVC -> Pod Running
+#          beside a plain thin PVC's (bench-clone.sh). --bench LIST: only
+#          these of create,grow,clone (comma-separated).
 #
-#   node.sh [--bin DIR] [--mode demo|full|bench] [--runs N] [--install kustomize|helm]
-#           [--vg-device DEV]
+#   node.sh [--bin DIR] [--mode demo|full|bench] [--runs N] [--bench LIST]
+#           [--install kustomize|helm] [--vg-device DEV]
 #       DIR: guest-files.sh's binaries, images/, deploy/ and charts/ (/opt/lvm-agent)
 #       DEV: the node's disk for vg1 (scripts/vm/node.sh and test.sh attach a
 #       sparse file of the host as /dev/vda); without it, a sparse loop file
@@ -42,13 +45,14 @@
 set -Eeuo pipefail # -E: the ERR trap (dump) fires in functions too
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-bin=/opt/lvm-agent mode=full runs=5 install=kustomize vg_device=''
+bin=/opt/lvm-agent mode=full runs=5 benches=create,grow,clone install=kustomize vg_device=''
 usage() { sed -n '2,41s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
     --bin) bin=$2; shift 2 ;;
     --mode) mode=$2; shift 2 ;;
     --runs) runs=$2; shift 2 ;;
+    --bench) benches=$2; shift 2 ;;
     --install) install=$2; shift 2 ;;
     --vg-device) vg_device=$2; shift 2 ;;
     *) usage ;;
@@ -339,11 +343,9 @@ show kubectl get node "$(hostname)" -o jsonpath='{.metadata.annotations.csi\.ali
   step "Bench: the agent at --v=2, which logs each request's lvmd calls with their times (the growth rows read them)"
   show kubectl -n lvm-agent patch daemonset lvm-agent --type json -p '[{"op":"test","path":"/spec/template/spec/containers/0/name","value":"lvm-agent"},{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--v=2"}]'
   show kubectl -n lvm-agent rollout status daemonset/lvm-agent --timeout=600s
-  bench
-  . "$here/bench-grow.sh"
-  bench_grow
-  . "$here/bench-clone.sh"
-  bench_clone
+  case ",$benches," in *,create,*) bench ;; esac
+  case ",$benches," in *,grow,*) . "$here/bench-grow.sh"; bench_grow ;; esac
+  case ",$benches," in *,clone,*) . "$here/bench-clone.sh"; bench_clone ;; esac
   cpu_table
   exit 0
 }
