@@ -12,10 +12,10 @@
 # shellcheck shell=bash
 since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.3f", b - a }'; } # since T0: seconds
 bench_clone() {
-  local w=$CLUSTER_DIR/bench-clone i t0 pvs src dst line start=$SECONDS
+  local w=$CLUSTER_DIR/bench-clone i t0 pvs src dst line row kind start=$SECONDS
   mkdir -p "$w"
   step "Bench: a thick clone's copy beside dd's on the same LVs; a thin clone's PVC -> Pod Running beside a plain thin PVC's ($runs each)"
-  thin_class
+  storage_class lvm-thin-ext4 thin ext4 # thin LVs in vg1/pool0 (lvmd's class "thin")
   { pvc_yaml bsrc 256Mi lvm-thick Block benchclone
     pod_yaml bsrc 'dd if=/dev/urandom of=/dev/xvda bs=4M count=64 && sync && echo filled' bsrc benchclone Block
   } | kubectl apply -f - >/dev/null
@@ -60,38 +60,33 @@ bench_clone() {
     pod_yaml tsrc 'echo source >/data/file && sync /data/file' tsrc benchthin
   } | kubectl apply -f - >/dev/null
   kubectl wait --for=condition=Ready pod/tsrc --timeout=600s >/dev/null
-  : >"$w/thin.txt"
+  # One row per run, PVC created -> Pod Running in seconds; node.sh's medians.
+  printf '%-8s %8s %8s\n' run plain clone >"$w/thin.txt"
   for i in $(seq 1 "$runs"); do
+    row="thin-$i"
     for kind in plain clone; do
       t0=$EPOCHREALTIME
       { pvc_yaml "t$kind-$i" 64Mi lvm-thin-ext4 Filesystem benchthin "$([ $kind = plain ] || echo tsrc)"
         pod_yaml "t$kind-$i" true "t$kind-$i" benchthin
       } | kubectl apply -f - >/dev/null
       kubectl wait --for=condition=Ready "pod/t$kind-$i" --timeout=600s >/dev/null
-      echo "$i $kind $(since "$t0")" >>"$w/thin.txt"
+      row+=" $(since "$t0")"
       pvs=$(kubectl get pvc "t$kind-$i" -o jsonpath='pv/{.spec.volumeName}')
       kubectl delete pod "t$kind-$i" --wait >/dev/null
       kubectl delete pvc "t$kind-$i" --wait >/dev/null
       kubectl wait --for=delete "$pvs" --timeout=600s >/dev/null
     done
+    # shellcheck disable=SC2086 # one word per column
+    printf '%-8s %8s %8s\n' $row >>"$w/thin.txt"
     echo "bench: thin run $i done ($((SECONDS - start)) s)"
   done
   [ "$(kubectl exec tsrc -- cat /data/file)" = source ]
   kubectl delete pod tsrc --wait >/dev/null
   kubectl delete pvc tsrc --wait >/dev/null
   ! grep -q ' /share ' /proc/mounts || cp -r "$w" /share/bench-clone
-  # shellcheck disable=SC2016 # awk's own $
-  awk '
-    function median(a, n,   i, j, t) {
-      for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
-      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-    }
-    { printf "thin run %-3s %-6s PVC created -> Pod Running %.3f s\n", $1, $2, $3; v[$2, ++n[$2]] = $3 }
-    END {
-      for (i = 1; i <= n["plain"]; i++) p[i] = v["plain", i]
-      for (i = 1; i <= n["clone"]; i++) c[i] = v["clone", i]
-      mp = median(p, n["plain"]); mc = median(c, n["clone"])
-      printf "thin median   plain %.3f s   clone %.3f s   clone / plain %.2f\n", mp, mc, mc / mp
-    }' "$w/thin.txt"
+  echo "Thin: PVC created -> Pod Running (s), a plain thin PVC and a thin clone, alternately:"
+  cat "$w/thin.txt"
+  medians "$w/thin.txt" 3 | tee "$w/thin-median.txt" || return 1
+  awk '{ printf "clone / plain: %.2f\n", $3 / $2 }' "$w/thin-median.txt"
   step "bench clone: OK"
 }

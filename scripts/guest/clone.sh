@@ -1,5 +1,5 @@
 # Sourced by node.sh (demo and full modes), after expand.sh, with its
-# helpers (step, show, pod, pvc, within, volumes): clones (issue 27). Two
+# helpers (step, show, pod, pvc, within, storage_class): clones (issue 27). Two
 # sources, thin and thick, each with a Pod that wrote 4 MiB of random bytes
 # and keeps running. A thin clone (twice the source's size) is made while
 # its source's Pod writes; a thick clone asked while its source's Pod runs
@@ -16,7 +16,7 @@ event() { # event CLAIM REASON: the claim has an event of that reason
 step "Clones: two sources, a thin and a thick volume, each with a Pod that wrote 4 MiB and keeps running" \
   "The thin class lvm-thin-ext4 is deploy/examples/storageclass-thin.yaml (the thin pool vg1/pool0) with ext4 and Delete." \
   "The thin source's Pod also keeps appending to a log."
-thin_class
+storage_class lvm-thin-ext4 thin ext4 # thin LVs in vg1/pool0 (lvmd's class "thin")
 # The seed appears whole, synced, or not at all.
 seed='head -c 4194304 /dev/urandom >/data/s && sync /data/s && mv /data/s /data/seed && sync /data'
 # shellcheck disable=SC2016 # the Pod's shell expands it

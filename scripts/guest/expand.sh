@@ -1,5 +1,5 @@
 # Sourced by node.sh (demo and full modes), after its Block step, with its
-# helpers (step, show, pod, pvc, within) and the Block PVC "raw" (64 Mi) in
+# helpers (step, show, pod, pvc, within, storage_class) and the Block PVC "raw" (64 Mi) in
 # place: volumes grow while their Pod runs (issue 26). It leaves nothing of
 # its own behind but "raw" (grown), which node.sh deletes next, and the
 # StorageClass lvm-xfs.
@@ -49,15 +49,7 @@ grow_fs() {
 }
 grow_fs lvm-thick ext4 64 256
 # xfsprogs 6 makes no xfs smaller than 300 MiB.
-kubectl apply -f - <<'YAML'
-apiVersion: storage.k8s.io/v1
-kind: StorageClass
-metadata: {name: lvm-xfs}
-provisioner: lvm.lvm-agent.io
-volumeBindingMode: WaitForFirstConsumer
-allowVolumeExpansion: true
-parameters: {volumeGroup: vg1, fsType: xfs}
-YAML
+storage_class lvm-xfs vg1 xfs
 grow_fs lvm-xfs xfs 320 640
 
 step "A Block PVC grows: the Pod's device shows the new size at once" \

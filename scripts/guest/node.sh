@@ -133,15 +133,16 @@ YAML
 pod() { pod_yaml "$@" | kubectl apply -f -; }
 pvc() { pvc_yaml "$@" | kubectl apply -f -; }
 volumes() { lvm lvs --noheadings -S 'lv_name!=pool0' "$@" vg1; } # vg1's LVs but the thin pool
-thin_class() { # the StorageClass lvm-thin-ext4: thin LVs in vg1/pool0 (lvmd's class "thin"), ext4, Delete
-  kubectl apply -f - <<'YAML'
+storage_class() { # storage_class NAME VOLUME_GROUP FS [RECLAIM]: a class of lvm-agent's provisioner that may grow
+  kubectl apply -f - <<YAML
 apiVersion: storage.k8s.io/v1
 kind: StorageClass
-metadata: {name: lvm-thin-ext4}
+metadata: {name: $1}
 provisioner: lvm.lvm-agent.io
 volumeBindingMode: WaitForFirstConsumer
 allowVolumeExpansion: true
-parameters: {volumeGroup: thin, fsType: ext4}
+reclaimPolicy: ${4:-Delete}
+parameters: {volumeGroup: $2, fsType: $3}
 YAML
 }
 owned() { # owned CLAIM: how many LVs of vg1 carry CLAIM's ownership tag
@@ -476,15 +477,7 @@ show lvm lvs vg1
 [ -z "$(volumes)" ]
 
 step "A Retain class keeps its LV"
-kubectl apply -f - <<'YAML'
-apiVersion: storage.k8s.io/v1
-kind: StorageClass
-metadata: {name: lvm-thick-retain}
-provisioner: lvm.lvm-agent.io
-volumeBindingMode: WaitForFirstConsumer
-reclaimPolicy: Retain
-parameters: {volumeGroup: vg1, fsType: ext4}
-YAML
+storage_class lvm-thick-retain vg1 ext4 Retain
 pvc kept 64Mi lvm-thick-retain
 pod keeper 'echo kept >/data/file && sync /data/file' kept
 show kubectl wait --for=condition=Ready pod/keeper --timeout=600s
