@@ -44,6 +44,11 @@ type Config struct {
 	Devices *Devices
 	// Backoff is the first and the longest retry delay of a request.
 	BackoffBase, BackoffMax time.Duration
+	// WaitPoll is the longest delay between two looks at a request that
+	// waits for something outside the API (a thick clone's source in use:
+	// nothing in the API says when its Pod let go of the device), so that
+	// it goes on within WaitPoll of being free, however long it waited.
+	WaitPoll time.Duration
 
 	// openCounts reads a device's open count for a thick clone's copy
 	// (Devices; nil: no copies); deviceRoot prefixes device paths. Both
@@ -60,6 +65,7 @@ type Agent struct {
 	recorder record.EventRecorder
 	inf      *kube.Informers
 	queue    workqueue.TypedRateLimitingInterface[Key]
+	limiter  workqueue.TypedRateLimiter[Key] // the queue's; a wait's delay is capped (WaitPoll)
 	metrics  *Metrics
 
 	DSW DesiredStateOfWorld
@@ -86,13 +92,16 @@ func New(cfg Config, client kubernetes.Interface, backend lvmbackend.Backend, re
 	if cfg.BackoffMax <= 0 {
 		cfg.BackoffMax = 2 * time.Minute
 	}
+	if cfg.WaitPoll <= 0 {
+		cfg.WaitPoll = 10 * time.Second
+	}
 	if metrics == nil {
 		metrics = NewMetrics(nil)
 	}
+	limiter := workqueue.NewTypedItemExponentialFailureRateLimiter[Key](cfg.BackoffBase, cfg.BackoffMax)
 	a := &Agent{cfg: cfg, client: client, backend: backend, recorder: recorder, inf: inf, metrics: metrics,
-		busy: map[target]bool{},
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[Key](cfg.BackoffBase, cfg.BackoffMax),
+		busy: map[target]bool{}, limiter: limiter,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(limiter,
 			workqueue.TypedRateLimitingQueueConfig[Key]{Name: "lvm-agent", MetricsProvider: metrics}),
 	}
 	handler := cache.ResourceEventHandlerFuncs{
@@ -225,6 +234,9 @@ func (a *Agent) processNext() bool {
 	case syncRetry:
 		a.metrics.retries.Inc()
 		a.queue.AddRateLimited(k)
+	case syncWait:
+		a.metrics.retries.Inc()
+		a.queue.AddAfter(k, min(a.limiter.When(k), a.cfg.WaitPoll))
 	case syncBusy:
 		a.queue.AddAfter(k, 100*time.Millisecond)
 	}
@@ -236,6 +248,7 @@ type syncResult int
 const (
 	syncDone syncResult = iota
 	syncRetry
+	syncWait // a retry of a named wait (SourceInUse): backoff, but at most WaitPoll
 	syncBusy
 )
 
@@ -336,6 +349,9 @@ func (a *Agent) answer(r req, out outcome, start time.Time) syncResult {
 			if err := a.patch(ctx, k, m.GetResourceVersion(), c); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 				klog.ErrorS(err, "Could not record the error", "request", k)
 			}
+		}
+		if out.reason != "" {
+			return syncWait
 		}
 		return syncRetry
 	}

@@ -83,7 +83,9 @@ func startOn(t *testing.T, cfg Config, f fakeLVMD, backend lvmbackend.Backend) *
 	t.Helper()
 	e := &env{client: fake.NewClientset(), fakeLVMD: f}
 	cfg.Node = kube.Node{Name: node, Drivers: []string{kube.DefaultDriver}, Provisioners: []string{kube.DefaultProvisioner}}
-	cfg.BackoffBase, cfg.BackoffMax = 10*time.Millisecond, 100*time.Millisecond
+	if cfg.BackoffBase == 0 {
+		cfg.BackoffBase, cfg.BackoffMax = 10*time.Millisecond, 100*time.Millisecond
+	}
 	cfg.Workers = 4
 	inf := kube.NewInformers(e.client, node, kube.WatchAll, kube.WithOwner(cfg.Node))
 	e.events, e.metrics = record.NewFakeRecorder(1000), NewMetrics(nil)

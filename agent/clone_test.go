@@ -174,6 +174,28 @@ func TestThickCloneWaitsForItsSource(t *testing.T) {
 	assert.Equal(t, kube.StateCreated, ann[kube.AnnLifecycle], ann[kube.AnnError])
 }
 
+// A source held for a long while does not push the clone's next look out
+// with the backoff: it is copied within WaitPoll of being free (here the
+// backoff would reach an hour after two looks).
+func TestThickCloneLooksAtItsSourceEveryWaitPoll(t *testing.T) {
+	oc := &counts{n: []int32{1}}
+	root := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "dev", "vg0"), 0o700))
+	e := start(t, Config{openCounts: oc, deviceRoot: root, BackoffBase: time.Hour, BackoffMax: time.Hour, WaitPoll: 50 * time.Millisecond})
+	thickSource(t, e, root, 8*mib)
+	e.pvc(t, "default", "pvc", node, cloneSpec("thick", "src", kube.CloneCopy, 8*mib))
+	waits := 0
+	require.Eventually(t, func() bool {
+		if strings.HasPrefix(<-e.events.Events, "Warning SourceInUse") {
+			waits++
+		}
+		return waits == 3
+	}, 10*time.Second, time.Millisecond, "three looks at the source in use")
+	oc.set(0, 0, 1)
+	ann := e.waitPVC(t, "default", "pvc")
+	assert.Equal(t, kube.StateCreated, ann[kube.AnnLifecycle], ann[kube.AnnError])
+}
+
 // An agent killed in the middle of a copy finds the clone's LV on its next
 // attempt and copies again from the start before it answers.
 func TestThickCloneCopiedAgainAfterACrash(t *testing.T) {

@@ -215,7 +215,6 @@ bench() {
   mkdir -p "$w"
   step "Bench: PVC created -> Pod Running, median of $runs (after one warm-up run)" \
     "Each boundary as defined in scripts/guest/node.sh's bench()."
-  show kubectl apply -f "$bin/deploy/examples/storageclass-thick.yaml"
   kubectl get pvc -l app=bench -w -o jsonpath='{"pvc "}{.metadata.name}{" "}{.status.phase}{" node="}{.metadata.annotations.volume\.kubernetes\.io/selected-node}{" state="}{.metadata.annotations.pv\.csi\.alibabacloud\.com/volume\.lifecycle}{"\n"}' 2>"$w/pvc.err" > >(stamp >"$w/pvc.log") &
   watches=($!)
   kubectl get pv -w -o jsonpath='{"pv "}{.spec.claimRef.name}{" "}{.metadata.name}{"\n"}' 2>"$w/pv.err" > >(stamp >"$w/pv.log") &
@@ -344,6 +343,7 @@ show kubectl get node "$(hostname)" -o jsonpath='{.metadata.annotations.csi\.ali
   step "Bench: the agent at --v=2, which logs each request's lvmd calls with their times (the growth rows read them)"
   show kubectl -n lvm-agent patch daemonset lvm-agent --type json -p '[{"op":"test","path":"/spec/template/spec/containers/0/name","value":"lvm-agent"},{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--v=2"}]'
   show kubectl -n lvm-agent rollout status daemonset/lvm-agent --timeout=600s
+  show kubectl apply -f "$bin/deploy/examples/storageclass-thick.yaml" # every bench's thick class
   case ",$benches," in *,create,*) bench ;; esac
   case ",$benches," in *,grow,*) . "$here/bench-grow.sh"; bench_grow ;; esac
   case ",$benches," in *,clone,*) . "$here/bench-clone.sh"; bench_clone ;; esac
@@ -459,10 +459,18 @@ while read -r name phase uid; do
   n=$(grep -c -E "lvm-agent\.pvc\.$uid(,|[[:space:]]*\$)" <<<"$tags" || true)
   [ "$n" = 1 ] || { echo "pvc/$name: $n LVs carry its tag"; false; }
 done <"$CLUSTER_DIR/many.claims"
-for i in $(seq 1 10); do
+# Each Pod's file, read on the node where kubelet mounted its claim's LV for
+# it (one kubectl run for all ten, not a kubectl exec each).
+kubectl get pod -l app=many -o jsonpath='{range .items[*]}{.metadata.name} {.metadata.uid} {.spec.volumes[0].persistentVolumeClaim.claimName}{"\n"}{end}' >"$CLUSTER_DIR/many.pods"
+kubectl get pvc -l app=many -o jsonpath='{range .items[*]}{.metadata.name} {.spec.volumeName}{"\n"}{end}' >"$CLUSTER_DIR/many.pvs"
+[ "$(wc -l <"$CLUSTER_DIR/many.pods")" = 10 ]
+while read -r name uid claim; do
+  pv=$(awk -v c="$claim" '$1 == c { print $2 }' "$CLUSTER_DIR/many.pvs")
+  file=/var/lib/kubelet/pods/$uid/volumes/kubernetes.io~local-volume/$pv/file
   # shellcheck disable=SC2016 # eval expands it
-  within 120 "file in pod/many-$i" eval '[ "$(kubectl exec "many-$i" -- cat /data/file 2>/dev/null)" = "claim $i" ]'
-done
+  within 120 "$file (pod/$name's claim $claim)" eval '[ "$(cat "$file" 2>/dev/null)" = "claim ${claim#many-}" ]'
+done <"$CLUSTER_DIR/many.pods"
+show cat /var/lib/kubelet/pods/*/volumes/kubernetes.io~local-volume/*/file
 [ "$(volumes | wc -l)" = 10 ]
 echo "node: ten claims Bound, exactly one LV each"
 
