@@ -16,7 +16,8 @@
 #   guest        ONE guest boot: the in-guest suite (real LVM, lvmd,
 #                google/lvmd), then the one-node cluster's full scenario
 #                (scripts/vm/test.sh, scripts/guest/test.sh)
-#   images       the images for both arches (make images)
+#   images       the images for both arches (make images), niced: it only
+#                fills the CPU the other steps leave idle
 #
 # The builds the guest step needs (Kubernetes, containerd, lvmd, Helm, the
 # guest's binaries and image: the row "builds") start at once in the
@@ -127,7 +128,11 @@ guest() {
   files=$(cat "$work/files" 2>/dev/null)
   scripts/vm/test.sh ${files:+--files "$files"}
 }
-images() { make --no-print-directory images; }
+# images: both arches, the check that the published images build; the guest
+# step uses its own amd64 images (builds). Niced: beside vet, the tests and
+# the guest it takes only the CPU they leave idle (cold, arm64 is a 4
+# CPU-minute cross-compile that otherwise slows vet and the tests by as much).
+images() { nice -n 19 make --no-print-directory images; }
 
 # background STEP: run STEP in the background, its output kept for later
 # (waited: shown then). The pid is in bg[STEP].
