@@ -5,7 +5,8 @@
 # scripts/peers/topolvm-values.yaml, into one YAML for the guest
 # (scripts/guest/peers.sh applies it): the Namespace, then the chart's
 # objects, its LogicalVolume CRD among them (the chart's templates/crds is
-# the module's config/crd/bases, byte for byte; integration/peers checks).
+# the module's config/crd/bases CRD, the same object; integration/peers_test.go
+# checks).
 #
 #   scripts/peers/topolvm-render.sh [FILE]    (default: stdout)
 #
