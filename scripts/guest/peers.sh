@@ -74,6 +74,11 @@ within() { # within SECONDS WHAT COMMAND...: COMMAND succeeds before the deadlin
     sleep 1
   done
 }
+# nap SECONDS: sleep without a process (a read that times out on a pipe no
+# one writes to): the polls below run beside what they time, and each
+# busybox sleep would cost a fork under TCG.
+exec {nap_fd}<> <(:)
+nap() { read -rt "$1" -u "$nap_fd" _ || true; }
 # stamp: each line read, after the guest's clock when it arrived (epoch s).
 stamp() { while IFS= read -r l; do printf '%s %s\n' "$EPOCHREALTIME" "$l"; done; }
 
@@ -130,7 +135,7 @@ gone() {
       [ -e "${left[$a]}" ] || { echo "$EPOCHREALTIME gone $a" >>"$w/gone.log"; unset "left[$a]"; }
     done
     [ $SECONDS -lt $end ] || { echo "peers: LVs still there: ${left[*]}"; return 1; }
-    sleep 0.1
+    nap 0.1
   done
 }
 
@@ -201,6 +206,7 @@ containers() {
     done
     for d in "$dir"/*/; do
       d=${d%/}
+      [ -d "$d" ] || continue
       [ -n "${mine[${d##*/}]:-}" ] || { mapfile -t pids <"$d/cgroup.procs"; rest+=("${pids[@]}"); }
     done
     echo "$1 $pod pause $(($(usec "$dir") - sum)) $(rss "${rest[@]}") $kind"
@@ -210,14 +216,17 @@ containers() {
 # footprint_sampler FILE DIR...: every second, "TIME DIR RSS_KB" for each pod
 # cgroup DIR (its processes, any depth), from /proc and the cgroups only.
 footprint_sampler() {
-  local out=$1 d pids
+  local out=$1 d f pids
   shift
   while :; do
     for d in "$@"; do
-      mapfile -t pids < <(cat "$d"/cgroup.procs "$d"/*/cgroup.procs 2>/dev/null)
+      pids=()
+      for f in "$d"/cgroup.procs "$d"/*/cgroup.procs; do
+        [ ! -f "$f" ] || mapfile -t -O "${#pids[@]}" pids <"$f"
+      done
       echo "$EPOCHREALTIME $d $(rss "${pids[@]}")"
     done
-    sleep 1
+    nap 1
   done >>"$out"
 }
 
