@@ -51,7 +51,17 @@ func runRegistrar(ctx context.Context, o registrarOptions) error {
 	registerapi.RegisterRegistrationServer(srv, r)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()
-	defer srv.Stop()
+	// Graceful: the answer to kubelet's NotifyRegistrationStatus that ends
+	// the run is still sent; a call that hangs is cut after a while.
+	defer func() {
+		stopped := make(chan struct{})
+		go func() { srv.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(5 * time.Second):
+			srv.Stop()
+		}
+	}()
 	klog.InfoS("Serving kubelet's plugin registration", "socket", socket, "driver", name, "endpoint", o.KubeletRegistrationPath)
 	if o.Ready != nil {
 		o.Ready(socket, name)
