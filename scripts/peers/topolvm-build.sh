@@ -169,16 +169,17 @@ done | sort -u | while read -r lib; do
 done
 echo /usr/lib/x86_64-linux-gnu >"$r/etc/ld.so.conf"
 ldconfig -r "$r"
-# (each file as SRC=PATH, each symbolic link as --link TARGET=PATH)
-rootfs=()
+# Each file as SRC=PATH, each symbolic link as --link TARGET=PATH (flags
+# before the files: the images tool's flag parsing stops at the first file).
+links=() files=()
 while read -r f; do
-  if [ -L "$r/$f" ]; then rootfs+=(--link "$(readlink "$r/$f")=/$f"); else rootfs+=("$r/$f=/$f"); fi
+  if [ -L "$r/$f" ]; then links+=(--link "$(readlink "$r/$f")=/$f"); else files+=("$r/$f=/$f"); fi
 done < <(cd "$r" && find . \( -type f -o -type l \) | sed 's|^\./||' | sort)
 
 img() { "$work/images" "$@"; log "$(basename "$2") ($(du -h "$2" | cut -f1))"; }
 img --out "$OUT/topolvm.tar" --ref localhost/peers/topolvm:guest --entrypoint /hypertopolvm \
-  --link hypertopolvm=/lvmd --link hypertopolvm=/topolvm-node --link hypertopolvm=/topolvm-controller \
-  "$hypertopolvm=/hypertopolvm" "$bb=/usr/bin/nsenter" "${rootfs[@]}"
+  --link hypertopolvm=/lvmd --link hypertopolvm=/topolvm-node --link hypertopolvm=/topolvm-controller "${links[@]}" \
+  "$hypertopolvm=/hypertopolvm" "$bb=/usr/bin/nsenter" "${files[@]}"
 img --out "$OUT/csi-provisioner.tar" --ref localhost/peers/csi-provisioner:guest --entrypoint /csi-provisioner \
   "$provisioner=/csi-provisioner"
 img --out "$OUT/csi-resizer.tar" --ref localhost/peers/csi-resizer:guest --entrypoint /csi-resizer \
