@@ -133,7 +133,8 @@ fi
 mkdir -p "$OUT"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-gobuild() { (cd "$root" && go build -trimpath -ldflags "-s -w $("$root/scripts/version.sh")" "$@"); }
+# (in the repo: its go.mod as it is, whatever the wrapper modules above needed)
+gobuild() { (cd "$root" && GOFLAGS=-mod=readonly go build -trimpath -ldflags "-s -w $("$root/scripts/version.sh")" "$@"); }
 gobuild -o "$work/images" ./scripts/images
 gobuild -o "$work/csi-sidecars" ./scripts/peers/csi-sidecars
 
