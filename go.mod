@@ -19,11 +19,14 @@ require (
 	sigs.k8s.io/controller-runtime v0.25.2
 )
 
-require k8s.io/component-helpers v0.37.2
+require (
+	github.com/container-storage-interface/spec v1.13.0
+	k8s.io/component-helpers v0.37.2
+	k8s.io/kubelet v0.37.2
+)
 
 require (
 	github.com/blang/semver/v4 v4.0.0 // indirect
-	github.com/container-storage-interface/spec v1.13.0 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc v0.71.0 // indirect
@@ -83,7 +86,7 @@ require (
 	golang.org/x/text v0.41.0 // indirect
 	golang.org/x/time v0.15.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260825221802-da73d73af1c5 // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
+	google.golang.org/protobuf v1.36.12
 	gopkg.in/evanphx/json-patch.v4 v4.13.0 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	k8s.io/apiextensions-apiserver v0.37.0 // indirect
