@@ -9,7 +9,7 @@ export GOFLAGS := $(strip $(GOFLAGS) -trimpath)
 CACHE ?= $(or $(LVM_AGENT_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/lvm-agent)
 export LVM_AGENT_CACHE := $(CACHE)
 
-.PHONY: all build test test-unit test-integration test-guest test-node demo demo-helm demo-cli node bench-node images bench-cluster bench-lvm bench-dm bench-scale bench-provision chaos test-faults fuzz vet clean
+.PHONY: all build test test-unit test-integration test-guest test-node demo demo-helm demo-cli node bench-node bench-peers images bench-cluster bench-lvm bench-dm bench-scale bench-provision chaos test-faults fuzz vet clean
 
 all: build
 
@@ -79,6 +79,12 @@ RUNS ?= 5
 BENCH ?= create,grow,clone
 bench-node:
 	scripts/vm/node.sh --timeout 2700 -- --mode bench --runs $(RUNS) --bench $(BENCH)
+
+# lvm-agent beside TopoLVM v0.41.0 on that cluster (docs/bench-peers.md);
+# PEERS: scripts/guest/peers.sh's arguments (default: its own, 2 rounds).
+PEERS ?=
+bench-peers:
+	scripts/vm/node.sh --timeout 5400 -- --mode peers --peers "$(PEERS)"
 
 # The images that cluster runs, as tarballs (no container engine).
 images:

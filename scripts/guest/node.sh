@@ -32,8 +32,12 @@
 #          beside a plain thin PVC's (bench-clone.sh). --bench LIST: only
 #          these of create,grow,clone (comma-separated).
 #
-#   node.sh [--bin DIR] [--mode demo|full|bench] [--runs N] [--bench LIST]
-#           [--install kustomize|helm] [--vg-device DEV]
+#   peers  (`make bench-peers`) after the cluster and vg1: lvm-agent beside
+#          TopoLVM (scripts/guest/peers.sh, which installs both; --peers
+#          ARGS: its arguments, one string).
+#
+#   node.sh [--bin DIR] [--mode demo|full|bench|peers] [--runs N] [--bench LIST]
+#           [--install kustomize|helm] [--vg-device DEV] [--peers ARGS]
 #       DIR: guest-files.sh's binaries, images/, deploy/ and charts/ (/opt/lvm-agent)
 #       DEV: the node's disk for vg1 (scripts/vm/node.sh and test.sh attach a
 #       sparse file of the host as /dev/vda); without it, a sparse loop file
@@ -45,8 +49,8 @@
 set -Eeuo pipefail # -E: the ERR trap (dump) fires in functions too
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-bin=/opt/lvm-agent mode=full runs=5 benches=create,grow,clone install=kustomize vg_device=''
-usage() { sed -n '2,41s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2; }
+bin=/opt/lvm-agent mode=full runs=5 benches=create,grow,clone install=kustomize vg_device='' peers=''
+usage() { sed -n '2,47s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
     --bin) bin=$2; shift 2 ;;
@@ -55,10 +59,11 @@ while [ $# -gt 0 ]; do
     --bench) benches=$2; shift 2 ;;
     --install) install=$2; shift 2 ;;
     --vg-device) vg_device=$2; shift 2 ;;
+    --peers) peers=$2; shift 2 ;;
     *) usage ;;
   esac
 done
-case $mode in demo | full | bench) ;; *) usage ;; esac
+case $mode in demo | full | bench | peers) ;; *) usage ;; esac
 case $install in kustomize | helm) ;; *) usage ;; esac
 export CLUSTER_DIR=${CLUSTER_DIR:-/var/lib/lvm-agent-cluster}
 export KUBECONFIG=$CLUSTER_DIR/pki/admin.conf PATH=$bin:$here:/usr/local/sbin:/usr/local/bin:$PATH
@@ -307,6 +312,14 @@ step "A one-node Kubernetes cluster, every part real" \
   "etcd, kube-apiserver, controller-manager, scheduler, containerd, kubelet, kube-proxy (scripts/guest/cluster.sh)."
 cluster.sh --bin "$bin" up
 show kubectl get nodes -o wide
+
+if [ "$mode" = peers ]; then
+  step "Bench: lvm-agent beside TopoLVM (scripts/guest/peers.sh; docs/bench-peers.md says what each row measures)"
+  # shellcheck disable=SC2086 # --peers: one argument per word
+  peers.sh --bin "$bin" $peers
+  step "peers: OK"
+  exit 0
+fi
 
 if [ "$mode" = full ]; then
   step "A Pod with an emptyDir" "The cluster runs Pods and answers kubectl exec before lvm-agent is installed."

@@ -7,6 +7,8 @@
 #   make test-node   the same, as a step of make test
 #   make bench-node  scripts/vm/node.sh -- --mode bench [--runs N]
 #   make demo-helm   scripts/vm/node.sh --timeout 1800 -- --mode demo --install helm
+#   make bench-peers scripts/vm/node.sh --timeout 5400 -- --mode peers [--peers ARGS]
+#                    (TopoLVM built and its chart rendered first: scripts/peers/)
 #
 #   scripts/vm/node.sh [--timeout SECONDS] [-- NODE_SH_ARGS...]
 # Exit code: node.sh's (run.sh: 124 timeout, 125 no exit code). The host's
@@ -34,6 +36,13 @@ files=$("$here/guest-files.sh" --stage etcd kube-apiserver kube-controller-manag
 trap 'rm -rf "$files"' EXIT
 wait "$guest" || echo "node: the guest image was not built; run.sh tries again"
 cp -a "$root/deploy" "$files/deploy"
+case " $* " in
+  *" --mode peers "*)
+    "$root/scripts/peers/topolvm-build.sh" "$files/peer-images" >/dev/null
+    mkdir -p "$files/peers"
+    "$root/scripts/peers/topolvm-render.sh" "$files/peers/topolvm.yaml"
+    ;;
+esac
 cp -a "$root/charts" "$files/charts"
 echo "node: built in $((SECONDS - t0)) s; booting the guest (host load: $(load))"
 CACHE=${LVM_AGENT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lvm-agent}
