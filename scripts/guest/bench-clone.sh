@@ -12,7 +12,7 @@
 # shellcheck shell=bash
 since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.3f", b - a }'; } # since T0: seconds
 bench_clone() {
-  local w=$CLUSTER_DIR/bench-clone i t0 pvs src dst line row kind start=$SECONDS
+  local w=$CLUSTER_DIR/bench-clone i c0 pvs src dst line row kind start=$SECONDS
   mkdir -p "$w"
   step "Bench: a thick clone's copy beside dd's on the same LVs; a thin clone's PVC -> Pod Running beside a plain thin PVC's ($runs each)"
   storage_class lvm-thin-ext4 thin ext4 # thin LVs in vg1/pool0 (lvmd's class "thin")
@@ -31,9 +31,9 @@ bench_clone() {
   dst=$(kubectl get pv "$(kubectl get pvc bcopy -o jsonpath='{.spec.volumeName}')" -o jsonpath='{.spec.local.path}')
   cmp "$src" "$dst" # the agent's copy, byte for byte
   sync && echo 3 >/proc/sys/vm/drop_caches
-  t0=$EPOCHREALTIME
+  c0=$EPOCHREALTIME
   dd if="$src" of="$dst" bs=4M oflag=direct 2>"$w/dd.err"
-  echo "dd $(since "$t0")" >"$w/dd.txt"
+  echo "dd $(since "$c0")" >"$w/dd.txt"
   line=$(kubectl -n lvm-agent logs ds/lvm-agent -c lvm-agent | grep 'Clone copied and verified' | tail -n 1)
   echo "$line" >"$w/agent.txt"
   # shellcheck disable=SC2016 # awk's own $
@@ -65,12 +65,12 @@ bench_clone() {
   for i in $(seq 1 "$runs"); do
     row="thin-$i"
     for kind in plain clone; do
-      t0=$EPOCHREALTIME
+      c0=$EPOCHREALTIME
       { pvc_yaml "t$kind-$i" 64Mi lvm-thin-ext4 Filesystem benchthin "$([ $kind = plain ] || echo tsrc)"
         pod_yaml "t$kind-$i" true "t$kind-$i" benchthin
       } | kubectl apply -f - >/dev/null
       kubectl wait --for=condition=Ready "pod/t$kind-$i" --timeout=600s >/dev/null
-      row+=" $(since "$t0")"
+      row+=" $(since "$c0")"
       pvs=$(kubectl get pvc "t$kind-$i" -o jsonpath='pv/{.spec.volumeName}')
       kubectl delete pod "t$kind-$i" --wait >/dev/null
       kubectl delete pvc "t$kind-$i" --wait >/dev/null
