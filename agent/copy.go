@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
@@ -49,7 +49,7 @@ type device struct {
 // too, with src
 // opened exclusively (O_EXCL: a mount cannot take it meanwhile) and both
 // opened for direct I/O, then dst flushed and read back, each chunk's
-// CRC-32C compared with the source's. After the copy, src must still have
+// 64-bit xxHash compared with the source's. After the copy, src must still have
 // no opener but this one, or the copy does not count (a Block-mode Pod,
 // which opens without O_EXCL, may have written meanwhile). progress is told
 // the bytes copied after each chunk. Any error leaves dst partly written:
@@ -116,11 +116,15 @@ func alignedBuffer(n int) ([]byte, func(), error) {
 	return b, func() { _ = unix.Munmap(b) }, nil
 }
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
+// The check of each chunk is its 64-bit xxHash (cespare/xxhash, already
+// a dependency through the Prometheus client): pure Go, fast on any CPU.
+// CRC-32C is fast only where the CPU computes it (SSE4.2, arm64's CRC
+// extension); without them, or emulated (the test guest's TCG CPU), Go's
+// table-driven CRC-32C ran at 106 MB/s, xxHash at 4.2 GB/s, and the CRC
+// made the copy run at half of dd's rate.
 // copyChunks copies size bytes chunk by chunk, reading the next chunk while
-// the last is written (two buffers), and returns each chunk's CRC-32C.
-func copyChunks(ctx context.Context, in io.ReaderAt, out io.WriterAt, size int64, progress func(int64)) ([]uint32, error) {
+// the last is written (two buffers), and returns each chunk's xxHash.
+func copyChunks(ctx context.Context, in io.ReaderAt, out io.WriterAt, size int64, progress func(int64)) ([]uint64, error) {
 	type chunk struct {
 		buf []byte
 		off int64
@@ -135,7 +139,7 @@ func copyChunks(ctx context.Context, in io.ReaderAt, out io.WriterAt, size int64
 		free <- b
 	}
 	full := make(chan chunk, 1)
-	var sums []uint32
+	var sums []uint64
 	readErr := make(chan error, 1)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -154,7 +158,7 @@ func copyChunks(ctx context.Context, in io.ReaderAt, out io.WriterAt, size int64
 				readErr <- fmt.Errorf("read the source at %d: %w", off, err)
 				return
 			}
-			sums = append(sums, crc32.Checksum(buf, castagnoli))
+			sums = append(sums, xxhash.Sum64(buf))
 			full <- chunk{buf, off}
 		}
 		readErr <- nil
@@ -177,8 +181,8 @@ func copyChunks(ctx context.Context, in io.ReaderAt, out io.WriterAt, size int64
 }
 
 // verify reads the first size bytes of path back (direct I/O: from the
-// device, not the page cache) and compares each chunk's CRC-32C with sums.
-func verify(ctx context.Context, path string, size int64, sums []uint32) error {
+// device, not the page cache) and compares each chunk's xxHash with sums.
+func verify(ctx context.Context, path string, size int64, sums []uint64) error {
 	f, err := openDirect(path, unix.O_RDONLY)
 	if err != nil {
 		return fmt.Errorf("read the clone back: %w", err)
@@ -197,7 +201,7 @@ func verify(ctx context.Context, path string, size int64, sums []uint32) error {
 		if _, err := f.ReadAt(b, off); err != nil {
 			return fmt.Errorf("read the clone back at %d: %w", off, err)
 		}
-		if crc32.Checksum(b, castagnoli) != sums[i] {
+		if xxhash.Sum64(b) != sums[i] {
 			return fmt.Errorf("the clone differs from its source in the %d bytes at offset %d after the copy", len(b), off)
 		}
 	}

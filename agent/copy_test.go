@@ -114,7 +114,7 @@ type discard struct{}
 func (discard) WriteAt(p []byte, _ int64) (int, error) { return len(p), nil }
 
 // BenchmarkCopyVolume copies (and verifies) 64 MiB between two regular
-// files: the copy's own cost (CRC-32C, buffers, the two passes) on this
+// files: the copy's own cost (xxHash, buffers, the two passes) on this
 // host's file system. The figure that counts is on block devices, beside
 // dd, in the guest.
 func BenchmarkCopyVolume(b *testing.B) {
