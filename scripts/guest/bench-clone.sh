@@ -1,18 +1,20 @@
 # Sourced by node.sh in bench mode, after bench_grow, with its helpers:
 # issue 27's figures, all on the guest's clock.
 #   thick  a 256 MiB Block volume filled with random bytes by a Pod that is
-#          then deleted; a thick clone of it, copied by the agent (its
-#          "Clone copied and verified" line: the copy until the last chunk
-#          is written, then the flush and the read-back check); then, on the
-#          node, with the page cache dropped, `dd if=SRC of=DST bs=4M
-#          oflag=direct` over the same two LVs. The rates side by side.
+#          then deleted; then three times: a thick clone of it (a claim
+#          without a Pod: the provisioner places it on the source's node),
+#          copied by the agent (its "Clone copied and verified" line: the
+#          copy until the last chunk is written, then the flush and the
+#          read-back check), compared byte for byte, and then, on the node,
+#          with the page cache dropped, `dd if=SRC of=DST bs=4M oflag=direct`
+#          over the same two LVs. Each pair's rates, and the medians.
 #   thin   PVC created -> Pod Running (kubectl apply -> kubectl wait), a
 #          plain thin PVC and a thin clone of a 64 MiB thin volume whose Pod
 #          runs, alternately, $runs of each; the medians.
 # shellcheck shell=bash
 since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.3f", b - a }'; } # since T0: seconds
 bench_clone() {
-  local w=$CLUSTER_DIR/bench-clone i c0 pvs src dst line row kind start=$SECONDS
+  local w=$CLUSTER_DIR/bench-clone i c0 dd_s pvs src dst line row kind start=$SECONDS
   mkdir -p "$w"
   step "Bench: a thick clone's copy beside dd's on the same LVs; a thin clone's PVC -> Pod Running beside a plain thin PVC's ($runs each)"
   storage_class lvm-thin-ext4 thin ext4 # thin LVs in vg1/pool0 (lvmd's class "thin")
@@ -22,35 +24,33 @@ bench_clone() {
   kubectl wait --for=condition=Ready pod/bsrc --timeout=600s >/dev/null
   within 300 "the 256 MiB written in pod/bsrc" eval 'kubectl logs bsrc | grep -qx filled'
   kubectl delete pod bsrc --wait >/dev/null
-  { pvc_yaml bcopy 256Mi lvm-thick Block benchclone bsrc
-    pod_yaml bcopy true bcopy benchclone Block
-  } | kubectl apply -f - >/dev/null
-  kubectl wait --for=condition=Ready pod/bcopy --timeout=900s >/dev/null
-  kubectl delete pod bcopy --wait >/dev/null
   src=$(kubectl get pv "$(kubectl get pvc bsrc -o jsonpath='{.spec.volumeName}')" -o jsonpath='{.spec.local.path}')
-  dst=$(kubectl get pv "$(kubectl get pvc bcopy -o jsonpath='{.spec.volumeName}')" -o jsonpath='{.spec.local.path}')
-  cmp "$src" "$dst" # the agent's copy, byte for byte
-  sync && echo 3 >/proc/sys/vm/drop_caches
-  c0=$EPOCHREALTIME
-  dd if="$src" of="$dst" bs=4M oflag=direct 2>"$w/dd.err"
-  echo "dd $(since "$c0")" >"$w/dd.txt"
-  line=$(kubectl -n lvm-agent logs ds/lvm-agent -c lvm-agent | grep 'Clone copied and verified' | tail -n 1)
-  echo "$line" >"$w/agent.txt"
-  # shellcheck disable=SC2016 # awk's own $
-  awk -v line="$line" '
-    function dur(s) { # a Go duration: 1.5s, 850.2ms, 1m2.5s
-      if (s ~ /ms$/) return substr(s, 1, length(s) - 2) / 1000
-      if (s ~ /m[0-9.]+s$/) { split(s, p, "m"); return p[1] * 60 + substr(p[2], 1, length(p[2]) - 1) }
-      return substr(s, 1, length(s) - 1)
-    }
-    function field(k,   r) { r = line; sub(".* " k "=\"?", "", r); sub("[\" ].*", "", r); return r }
-    { dd = $2 }
-    END {
-      mib = field("bytes") / 1048576; c = dur(field("copy")); v = dur(field("verify"))
-      printf "thick clone of %d MiB   agent copy %.3f s (%.1f MiB/s), then flush + read-back check %.3f s\n", mib, c, mib / c, v
-      printf "                         dd bs=4M oflag=direct %.3f s (%.1f MiB/s)\n", dd, mib / dd
-      printf "                         agent copy rate / dd rate: %.2f (with the check: %.2f)\n", dd / c, dd / (c + v)
-    }' "$w/dd.txt" | tee "$w/thick.txt"
+  printf '%-8s %8s %8s %8s %8s\n' run copy-s verify-s dd-s ratio >"$w/thick.txt"
+  for i in 1 2 3; do
+    pvc_yaml "bcopy-$i" 256Mi lvm-thick Block benchclone bsrc | kubectl apply -f - >/dev/null
+    kubectl wait --for=jsonpath='{.status.phase}'=Bound "pvc/bcopy-$i" --timeout=900s >/dev/null
+    dst=$(kubectl get pv "$(kubectl get pvc "bcopy-$i" -o jsonpath='{.spec.volumeName}')" -o jsonpath='{.spec.local.path}')
+    cmp "$src" "$dst" # the agent's copy, byte for byte
+    line=$(kubectl -n lvm-agent logs ds/lvm-agent -c lvm-agent | grep 'Clone copied and verified' | grep "default/bcopy-$i\"" | tail -n 1)
+    echo "$line" >>"$w/agent.txt"
+    sync && echo 3 >/proc/sys/vm/drop_caches
+    c0=$EPOCHREALTIME
+    dd if="$src" of="$dst" bs=4M oflag=direct 2>>"$w/dd.err"
+    dd_s=$(since "$c0")
+    # shellcheck disable=SC2016 # awk's own $
+    awk -v line="$line" -v dd="$dd_s" -v run="copy-$i" '
+      function dur(s) { # a Go duration: 1.5s, 850.2ms, 1m2.5s
+        if (s ~ /ms$/) return substr(s, 1, length(s) - 2) / 1000
+        if (s ~ /m[0-9.]+s$/) { split(s, p, "m"); return p[1] * 60 + substr(p[2], 1, length(p[2]) - 1) }
+        return substr(s, 1, length(s) - 1)
+      }
+      function field(k,   r) { r = line; sub(".* " k "=\"?", "", r); sub("[\" ].*", "", r); return r }
+      BEGIN { c = dur(field("copy")); printf "%-8s %8.3f %8.3f %8.3f %8.2f\n", run, c, dur(field("verify")), dd, dd / c }' >>"$w/thick.txt"
+  done
+  echo "Thick: a clone of 256 MiB, the agent's copy (s; then its flush and read-back check) beside dd bs=4M oflag=direct (s) over the same LVs; ratio: the agent's rate / dd's:"
+  cat "$w/thick.txt"
+  medians "$w/thick.txt" 5 | tee "$w/thick-median.txt" || return 1
+  awk '{ printf "median rates: agent copy %.1f MiB/s, dd %.1f MiB/s: %.2f\n", 256 / $2, 256 / $4, $4 / $2 }' "$w/thick-median.txt"
   pvs=$(kubectl get pvc -l app=benchclone -o jsonpath='{range .items[*]}pv/{.spec.volumeName} {end}')
   kubectl delete pvc -l app=benchclone --wait >/dev/null
   # shellcheck disable=SC2086 # one word per PV

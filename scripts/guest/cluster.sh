@@ -100,8 +100,14 @@ filesystems() {
     mkdir -p "$d"
     grep -q " $d " /proc/mounts || mount -t tmpfs tmpfs "$d"
   done
-  # Volumes with mount propagation (kubelet checks) need a shared root.
-  mount --make-rshared / 2>/dev/null || true
+  # / stays private. Containers enter their root without pivot_root here
+  # (NoPivotRoot, below), and one with a Bidirectional volume (a CSI node
+  # plugin's: TopoLVM's in make bench-peers) gets an rshared root: with /
+  # shared, its root moved over its own / propagated to the node's, which
+  # then had the container's files and no /proc. kubelet makes its root
+  # directory rshared itself (MakeRShared at its start), and that is all
+  # Bidirectional volumes need.
+  mount --make-rprivate /
 }
 
 containerd_up() {
