@@ -107,7 +107,7 @@ filesystems() {
   # then had the container's files and no /proc. kubelet makes its root
   # directory rshared itself (MakeRShared at its start), and that is all
   # Bidirectional volumes need.
-  mount --make-rprivate /
+  mount --make-rprivate / 2>/dev/null || true
 }
 
 containerd_up() {
