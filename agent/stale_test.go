@@ -8,7 +8,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/lvm-agent/lvm-agent/kube"
 )
@@ -101,6 +104,59 @@ func TestVolumeOfTerminatingClaimRemoved(t *testing.T) {
 	})
 	e.pvc(t, "default", "pvc", node, spec(`{"volumeGroup":"thick","name":"lv1","size":4096}`))
 	e.requireTerminatingNoLV(t)
+}
+
+// The claim answered, then deleted, while this agent's lvcreate made its LV:
+// the node's other agent listed the LV between that lvcreate and this
+// agent's read after it, answered created with it, and the user deleted the
+// claim, which a Pod may still hold (pvc-protection keeps it, terminating).
+// The LV is then the claim's volume, not one no answer named: it stays, and
+// nothing more is written on the claim.
+func TestAnsweredVolumeOfTerminatingClaimKept(t *testing.T) {
+	e := start(t, Config{})
+	var ops lvmOps
+	var made, once atomic.Bool
+	e.lvm.SetHook(func(op, _, _ string) error {
+		switch op {
+		case "create":
+			ops.create.Add(1)
+			made.Store(true)
+		case "remove":
+			ops.remove.Add(1)
+		}
+		return nil
+	})
+	// The first read of the claim after the lvcreate is the one that judges
+	// the LV just made: the other agent's answer and the deletion land
+	// before the API server serves it (the tracker, not the clientset,
+	// whose reactor chain holds its lock).
+	gvr := corev1.SchemeGroupVersion.WithResource("persistentvolumeclaims")
+	e.client.PrependReactor("get", "persistentvolumeclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if !made.Load() || !once.CompareAndSwap(false, true) {
+			return false, nil, nil
+		}
+		obj, err := e.client.Tracker().Get(gvr, "default", "pvc")
+		if assert.NoError(t, err) {
+			pvc := obj.(*corev1.PersistentVolumeClaim).DeepCopy()
+			pvc.Annotations[kube.AnnLifecycle], pvc.Annotations[kube.AnnDevice] = kube.StateCreated, "/dev/vg0/lv1"
+			now := metav1.Now()
+			pvc.DeletionTimestamp, pvc.Finalizers = &now, []string{"kubernetes.io/pvc-protection"}
+			pvc.ResourceVersion = "" // the tracker's own versioning
+			assert.NoError(t, e.client.Tracker().Update(gvr, pvc, "default"))
+		}
+		return false, nil, nil
+	})
+	e.pvc(t, "default", "pvc", node, spec(`{"volumeGroup":"thick","name":"lv1","size":4096}`))
+	e.settle(t, &once)
+	assert.Equal(t, int32(1), ops.create.Load())
+	assert.Zero(t, ops.remove.Load(), "the LV another agent answered with is not removed")
+	lvs, err := e.lvm.List("thick")
+	require.NoError(t, err)
+	assert.Len(t, lvs, 1)
+	pvc, err := e.client.CoreV1().PersistentVolumeClaims("default").Get(context.Background(), "pvc", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, kube.StateCreated, pvc.Annotations[kube.AnnLifecycle], "the other agent's answer stands")
+	assert.Empty(t, pvc.Annotations[kube.AnnReason])
 }
 
 // settle waits until hooked has fired and the agent holds no request and

@@ -415,13 +415,15 @@ func (a *Agent) claimNow(ctx context.Context, pvc *corev1.PersistentVolumeClaim)
 }
 
 // made is the answer for the LV this create has just made (done: filled
-// first, for a thick clone). The claim is
-// read again first: if it went away, or began to be deleted, while the
-// lvcreate was on its way (a call held by lvmd or the VG lock), the LV is
-// removed again, since nothing can use it: this lvcreate made it, so no
-// answer has named it yet, and a claim that is gone or being deleted gets
+// first, for a thick clone). The claim is read again first: if it went
+// away, or began to be deleted, while the lvcreate was on its way (a call
+// held by lvmd or the VG lock), the LV is removed again, since no answer
+// of this agent named it and a claim that is gone or being deleted gets
 // none. The request is then handled as it is now (gone, or answered
-// ClaimTerminating).
+// ClaimTerminating). Two exceptions keep the LV: a protected tag, and a
+// claim being deleted that says created: the node's other agent (a
+// rollout's second pod) listed the LV in between and answered with it, and
+// a Pod may hold such a claim (pvc-protection keeps it while one does).
 // When the claim cannot be read, the LV stays and the create is retried:
 // the next attempt finds the LV by its tag.
 func (a *Agent) made(ctx context.Context, pvc *corev1.PersistentVolumeClaim, vol *lvmbackend.Volume, t target, done func(*lvmbackend.Volume) outcome) outcome {
@@ -433,6 +435,9 @@ func (a *Agent) made(ctx context.Context, pvc *corev1.PersistentVolumeClaim, vol
 		return done(vol)
 	case vol.HasTag(ProtectedTag):
 		klog.InfoS("Claim went away while its LV was made; the LV is tagged protected and stays", "request", klog.KObj(pvc), "lv", t)
+		return changed()
+	case now != nil && now.Annotations[kube.AnnLifecycle] == kube.StateCreated:
+		klog.InfoS("Claim is being deleted, but another agent answered it with the LV just made; the LV stays", "request", klog.KObj(pvc), "lv", t)
 		return changed()
 	}
 	if err := a.backend.RemoveVolume(ctx, t.deviceClass, t.name); err != nil && !errors.Is(err, lvmbackend.ErrNotFound) {
