@@ -337,9 +337,11 @@ func (a *Agent) answer(r req, out outcome, start time.Time) syncResult {
 		a.metrics.observe(kind, "retry", start)
 		klog.ErrorS(out.err, "Volume operation failed; will retry", "request", k)
 		msg := kube.OneLine(out.err)
-		reason := "VolumeRetrying"
+		reason, res := "VolumeRetrying", syncRetry
 		if out.reason != "" {
-			reason = out.reason // a wait with a name of its own (SourceInUse)
+			// A wait with a name of its own (SourceInUse): looked at
+			// again at least every WaitPoll.
+			reason, res = out.reason, syncWait
 		}
 		a.recorder.Event(obj, corev1.EventTypeWarning, reason, msg)
 		if c := (kube.Change{kube.AnnError: &msg}); c.Pending(m.GetAnnotations()) {
@@ -350,10 +352,7 @@ func (a *Agent) answer(r req, out outcome, start time.Time) syncResult {
 				klog.ErrorS(err, "Could not record the error", "request", k)
 			}
 		}
-		if out.reason != "" {
-			return syncWait
-		}
-		return syncRetry
+		return res
 	}
 	change := kube.Set(map[string]string{kube.AnnLifecycle: out.state})
 	switch {

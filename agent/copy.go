@@ -116,14 +116,15 @@ func alignedBuffer(n int) ([]byte, func(), error) {
 	return b, func() { _ = unix.Munmap(b) }, nil
 }
 
-// The check of each chunk is its 64-bit xxHash (cespare/xxhash, already
-// a dependency through the Prometheus client): pure Go, fast on any CPU.
-// CRC-32C is fast only where the CPU computes it (SSE4.2, arm64's CRC
-// extension); without them, or emulated (the test guest's TCG CPU), Go's
-// table-driven CRC-32C ran at 106 MB/s, xxHash at 4.2 GB/s, and the CRC
-// made the copy run at half of dd's rate.
 // copyChunks copies size bytes chunk by chunk, reading the next chunk while
 // the last is written (two buffers), and returns each chunk's xxHash.
+//
+// The check is the 64-bit xxHash (cespare/xxhash, already a dependency
+// through the Prometheus client): pure Go, fast on any CPU. CRC-32C is fast
+// only where the CPU computes it (SSE4.2, arm64's CRC extension); without
+// them, or emulated (the test guest's TCG CPU), Go's table-driven CRC-32C
+// ran at 106 MB/s, xxHash at 4.2 GB/s, and the CRC made the copy run at
+// half of dd's rate.
 func copyChunks(ctx context.Context, in io.ReaderAt, out io.WriterAt, size int64, progress func(int64)) ([]uint64, error) {
 	type chunk struct {
 		buf []byte
