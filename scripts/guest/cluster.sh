@@ -104,10 +104,12 @@ filesystems() {
   # (NoPivotRoot, below), and one with a Bidirectional volume (a CSI node
   # plugin's: TopoLVM's in make bench-peers) gets an rshared root: with /
   # shared, its root moved over its own / propagated to the node's, which
-  # then had the container's files and no /proc. kubelet makes its root
-  # directory rshared itself (MakeRShared at its start), and that is all
-  # Bidirectional volumes need.
+  # then had the container's files and no /proc. Bidirectional volumes
+  # need only kubelet's directory shared (containerd refuses one whose
+  # source is not on a shared mount: "path /var/lib/kubelet/pods/ is
+  # mounted on /var/lib/kubelet but it is not a shared mount").
   mount --make-rprivate / 2>/dev/null || true
+  mount --make-rshared /var/lib/kubelet
 }
 
 containerd_up() {
