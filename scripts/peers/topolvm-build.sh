@@ -11,7 +11,7 @@
 #   topolvm.tar          localhost/peers/topolvm:guest         hypertopolvm TOPOLVM_VERSION as /hypertopolvm and
 #                        /lvmd, /topolvm-node, /topolvm-controller (the chart's commands); busybox's nsenter
 #                        (lvmd runs the node's /sbin/lvm in PID 1's namespaces, its default); util-linux's
-#                        blkid, mount, umount, fsck, e2fsprogs and xfsprogs with their libraries (the node
+#                        blkid, wipefs, findmnt, mount, umount, fsck, e2fsprogs and xfsprogs with their libraries (the node
 #                        plugin formats, mounts and grows volumes in its container; upstream's image is
 #                        Ubuntu with the same tools)
 #   csi-provisioner.tar  localhost/peers/csi-provisioner:guest  external-provisioner PROVISIONER_VERSION
@@ -146,7 +146,8 @@ bb=$work/pkgs/busybox-static/bin/busybox
 # Debian puts them (not merged-/usr: topolvm runs /sbin/blkid by that path),
 # their libraries where ldd finds them, the loader, and an ld.so.cache.
 # Whole packages would be 56 MB (xfs_scrub's ICU alone 30).
-TOOLS=(util-linux/sbin/blkid util-linux/sbin/fsck util-linux/sbin/blockdev mount/bin/mount mount/bin/umount
+TOOLS=(util-linux/sbin/blkid util-linux/sbin/fsck util-linux/sbin/blockdev util-linux/sbin/wipefs util-linux/bin/findmnt
+  mount/bin/mount mount/bin/umount
   e2fsprogs/sbin/mke2fs e2fsprogs/sbin/mkfs.ext4 e2fsprogs/sbin/e2fsck e2fsprogs/sbin/fsck.ext4
   e2fsprogs/sbin/resize2fs e2fsprogs/sbin/dumpe2fs e2fsprogs/etc/mke2fs.conf
   xfsprogs/sbin/mkfs.xfs xfsprogs/sbin/xfs_repair xfsprogs/usr/sbin/xfs_growfs xfsprogs/usr/sbin/xfs_io)
