@@ -87,7 +87,7 @@ func TestTopoLVMChart(t *testing.T) {
 }
 
 // Every container of every pod runs one of the guest's images of the peer,
-// never pulled.
+// never pulled, and its liveness probe, if any, waits 10 s.
 func checkPeerImages(t *testing.T, o *unstructured.Unstructured) {
 	t.Helper()
 	containers, found, err := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
@@ -99,6 +99,9 @@ func checkPeerImages(t *testing.T, o *unstructured.Unstructured) {
 		c := c.(map[string]any)
 		assert.Contains(t, []string{peerTopoLVM, peerProvisioner, peerResizer, peerSidecars}, c["image"], "%s %s: %s", o.GetKind(), o.GetName(), c["name"])
 		assert.Equal(t, "Never", c["imagePullPolicy"], "%s %s: %s", o.GetKind(), o.GetName(), c["name"])
+		if probe, ok := c["livenessProbe"].(map[string]any); ok {
+			assert.EqualValues(t, 10, probe["timeoutSeconds"], "%s %s: %s: lvm-agent's probe timeout", o.GetKind(), o.GetName(), c["name"])
+		}
 	}
 }
 
