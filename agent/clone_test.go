@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -131,8 +132,9 @@ func thickSource(t *testing.T, e *env, root string, size int) []byte {
 // and verified, progress at each 10 %, then created.
 func TestThickClone(t *testing.T) {
 	e, root := startCopier(t, &counts{n: []int32{0, 0, 1}})
-	data := thickSource(t, e, root, 40*mib)
-	pvc := e.pvc(t, "default", "pvc", node, cloneSpec("thick", "src", kube.CloneCopy, 64*mib))
+	size := 10 * copyChunk // a chunk each 10 %
+	data := thickSource(t, e, root, size)
+	pvc := e.pvc(t, "default", "pvc", node, cloneSpec("thick", "src", kube.CloneCopy, int64(size+16*mib)))
 	ann := e.waitPVC(t, "default", "pvc")
 	require.Equal(t, kube.StateCreated, ann[kube.AnnLifecycle], ann[kube.AnnError])
 	got, err := os.ReadFile(filepath.Join(root, "dev", "vg0", "clone"))
@@ -142,7 +144,7 @@ func TestThickClone(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, lvs, 2)
 	assert.Equal(t, []string{OwnerTag(pvc.UID)}, lvs[0].Tags)
-	assert.EqualValues(t, 64*mib, lvs[0].SizeBytes)
+	assert.EqualValues(t, size+16*mib, lvs[0].SizeBytes)
 	var progress []string
 	for len(e.events.Events) > 0 {
 		if ev := <-e.events.Events; strings.Contains(ev, "CloneCopying") || strings.Contains(ev, "CloneCopied") {
@@ -150,9 +152,9 @@ func TestThickClone(t *testing.T) {
 		}
 	}
 	require.Len(t, progress, 11, "an event at each 10 %% and one when verified: %v", progress)
-	assert.Equal(t, "Normal CloneCopying copied 10% of LV src (4194304 of 41943040 bytes)", progress[0])
-	assert.Equal(t, "Normal CloneCopied copied and verified the 41943040 bytes of LV src", progress[10])
-	assert.EqualValues(t, 40*mib, testutil.ToFloat64(e.metrics.copied))
+	assert.Equal(t, fmt.Sprintf("Normal CloneCopying copied 10%% of LV src (%d of %d bytes)", copyChunk, size), progress[0])
+	assert.Equal(t, fmt.Sprintf("Normal CloneCopied copied and verified the %d bytes of LV src", size), progress[10])
+	assert.EqualValues(t, size, testutil.ToFloat64(e.metrics.copied))
 }
 
 // While the source is open the clone waits (SourceInUse), and is copied

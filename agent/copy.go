@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -25,7 +26,13 @@ import (
 
 // copyChunk is the unit of the copy: large, so that each O_DIRECT read and
 // write is one big request, and a multiple of any logical block size.
-const copyChunk = 4 << 20
+const copyChunk = 8 << 20
+
+// copyBuffers: chunks in flight, one in each of copyChunks' three stages
+// and a spare, so that a read never waits for a hash. 8 MiB chunks, four
+// of them, copied 256 MiB at 1039 MiB/s in the test guest, where 4 MiB
+// chunks, two of them, with the hash between read and write, did 830.
+const copyBuffers = 4
 
 // ErrSourceInUse: the clone's source is open (a Pod uses it, or a mount or
 // another reader has it), so its data may be changing: no copy now.
@@ -116,22 +123,25 @@ func alignedBuffer(n int) ([]byte, func(), error) {
 	return b, func() { _ = unix.Munmap(b) }, nil
 }
 
-// copyChunks copies size bytes chunk by chunk, reading the next chunk while
-// the last is written (two buffers), and returns each chunk's xxHash.
+// copyChunks copies size bytes chunk by chunk in three stages that
+// overlap, each in its own goroutine: the next chunks are read while one
+// is written and the one before is hashed (copyBuffers buffers in
+// flight), and returns each chunk's xxHash.
 //
 // The check is the 64-bit xxHash (cespare/xxhash, already a dependency
 // through the Prometheus client): pure Go, fast on any CPU. CRC-32C is fast
 // only where the CPU computes it (SSE4.2, arm64's CRC extension); without
 // them, or emulated (the test guest's TCG CPU), Go's table-driven CRC-32C
 // ran at 106 MB/s, xxHash at 4.2 GB/s, and the CRC made the copy run at
-// half of dd's rate.
+// half of dd's rate. Hashing a chunk after its write, not between its read
+// and its write, keeps the hash off the path of the I/O.
 func copyChunks(ctx context.Context, in io.ReaderAt, out io.WriterAt, size int64, progress func(int64)) ([]uint64, error) {
 	type chunk struct {
 		buf []byte
-		off int64
+		i   int
 	}
-	free := make(chan []byte, 2)
-	for range 2 {
+	free := make(chan []byte, copyBuffers)
+	for range copyBuffers {
 		b, release, err := alignedBuffer(copyChunk)
 		if err != nil {
 			return nil, err
@@ -139,43 +149,59 @@ func copyChunks(ctx context.Context, in io.ReaderAt, out io.WriterAt, size int64
 		defer release()
 		free <- b
 	}
-	full := make(chan chunk, 1)
-	var sums []uint64
-	readErr := make(chan error, 1)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		defer close(full)
-		for off := int64(0); off < size; off += copyChunk {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	send := func(ch chan<- chunk, c chunk) bool {
+		select {
+		case ch <- c:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	sums := make([]uint64, (size+copyChunk-1)/copyChunk)
+	read, written := make(chan chunk, copyBuffers), make(chan chunk, copyBuffers)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer close(read)
+		for i := range sums {
 			var buf []byte
 			select {
 			case buf = <-free:
 			case <-ctx.Done():
-				readErr <- ctx.Err()
 				return
 			}
+			off := int64(i) * copyChunk
 			buf = buf[:min(copyChunk, size-off)]
 			if _, err := in.ReadAt(buf, off); err != nil {
-				readErr <- fmt.Errorf("read the source at %d: %w", off, err)
+				cancel(fmt.Errorf("read the source at %d: %w", off, err))
 				return
 			}
-			sums = append(sums, xxhash.Sum64(buf))
-			full <- chunk{buf, off}
-		}
-		readErr <- nil
-	}()
-	for c := range full {
-		if _, err := out.WriteAt(c.buf, c.off); err != nil {
-			cancel()
-			for range full { // let the reader end
+			if !send(read, chunk{buf, i}) {
+				return
 			}
-			<-readErr
-			return nil, fmt.Errorf("write the clone at %d: %w", c.off, err)
 		}
-		progress(c.off + int64(len(c.buf)))
+	})
+	wg.Go(func() {
+		defer close(written)
+		for c := range read { // until the reader ends, even after an error
+			off := int64(c.i) * copyChunk
+			if ctx.Err() != nil {
+				continue
+			} else if _, err := out.WriteAt(c.buf, off); err != nil {
+				cancel(fmt.Errorf("write the clone at %d: %w", off, err))
+			} else {
+				send(written, c)
+			}
+		}
+	})
+	for c := range written {
+		sums[c.i] = xxhash.Sum64(c.buf)
+		progress(int64(c.i)*copyChunk + int64(len(c.buf)))
 		free <- c.buf[:cap(c.buf)]
 	}
-	if err := <-readErr; err != nil {
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil {
 		return nil, err
 	}
 	return sums, nil

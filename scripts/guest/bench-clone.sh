@@ -7,7 +7,13 @@
 #          copy until the last chunk is written, then the flush and the
 #          read-back check), compared byte for byte, and then, on the node,
 #          with the page cache dropped, `dd if=SRC of=DST bs=4M oflag=direct`
-#          over the same two LVs. Each pair's rates, and the medians.
+#          over the same two LVs. Each pair's rates, and the medians. Both
+#          copies run on a node at rest: the bench holds the source open
+#          (the clone waits, SourceInUse) until the clone's creation has
+#          settled, then lets it go, and the agent copies at its next look
+#          (--wait-poll); the disk was written whole beforehand
+#          (scripts/vm/node.sh), so neither writes where the host's sparse
+#          file has no block yet.
 #   thin   PVC created -> Pod Running (kubectl apply -> kubectl wait), a
 #          plain thin PVC and a thin clone of a 64 MiB thin volume whose Pod
 #          runs, alternately, $runs of each; the medians.
@@ -27,7 +33,12 @@ bench_clone() {
   src=$(kubectl get pv "$(kubectl get pvc bsrc -o jsonpath='{.spec.volumeName}')" -o jsonpath='{.spec.local.path}')
   printf '%-8s %8s %8s %8s %8s\n' run copy-s verify-s dd-s ratio >"$w/thick.txt"
   for i in 1 2 3; do
+    exec 7<"$src" # open: the agent must wait
     pvc_yaml "bcopy-$i" 256Mi lvm-thick Block benchclone bsrc | kubectl apply -f - >/dev/null
+    within 300 "pvc/bcopy-$i waiting for its source (SourceInUse)" eval \
+      "kubectl get events --field-selector involvedObject.name=bcopy-$i,reason=SourceInUse -o name | grep -q ."
+    sleep 10
+    exec 7<&-
     kubectl wait --for=jsonpath='{.status.phase}'=Bound "pvc/bcopy-$i" --timeout=900s >/dev/null
     dst=$(kubectl get pv "$(kubectl get pvc "bcopy-$i" -o jsonpath='{.spec.volumeName}')" -o jsonpath='{.spec.local.path}')
     cmp "$src" "$dst" # the agent's copy, byte for byte
