@@ -133,6 +133,9 @@ func (r *registration) NotifyRegistrationStatus(_ context.Context, s *registerap
 	return &registerapi.RegistrationStatusResponse{}, nil
 }
 
+// probeTimeout: how long a /healthz waits for the socket's answer.
+const probeTimeout = 8 * time.Second
+
 // registrarHealthz: 200 when the registration socket answers GetInfo with
 // the driver's name, as kubelet would call it; 500 otherwise.
 func registrarHealthz(socket, name string) http.Handler {
@@ -140,7 +143,7 @@ func registrarHealthz(socket, name string) http.Handler {
 		conn, err := dialCSI(socket)
 		if err == nil {
 			defer conn.Close()
-			ctx, cancel := context.WithTimeout(req.Context(), time.Second)
+			ctx, cancel := context.WithTimeout(req.Context(), probeTimeout)
 			defer cancel()
 			var info *registerapi.PluginInfo
 			info, err = registerapi.NewRegistrationClient(conn).GetInfo(ctx, &registerapi.InfoRequest{})
