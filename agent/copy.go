@@ -29,9 +29,8 @@ import (
 const copyChunk = 8 << 20
 
 // copyBuffers: chunks in flight, one in each of copyChunks' three stages
-// and a spare, so that a read never waits for a hash. 8 MiB chunks, four
-// of them, copied 256 MiB at 1039 MiB/s in the test guest, where 4 MiB
-// chunks, two of them, with the hash between read and write, did 830.
+// and a spare, so that a read never waits for a hash (make bench-node
+// BENCH=clone times the copy beside dd; docs/operations.md).
 const copyBuffers = 4
 
 // ErrSourceInUse: the clone's source is open (a Pod uses it, or a mount or

@@ -52,13 +52,13 @@ rm -rf "$share" && mkdir -p "$share"
 # the guest, gone at the end.
 disk=$(mktemp "${LVM_AGENT_RUN:-$CACHE/run}/node-vg1.XXXXXX.img")
 trap 'rm -rf "$files" "$disk"' EXIT
-truncate -s 2G "$disk"
+gib=2
+truncate -s ${gib}G "$disk"
 # A bench writes it whole first: a block never written in the sparse file
-# costs the guest's first write to it (the host allocates it; dd of 256 MiB
-# took 1.57 s into a new LV, 0.90 s over it again), a disk's does not, and
-# a thick clone's copy (into a new LV) and dd after it (over the same LV)
-# would not be timed alike.
-case " $* " in *" --mode bench "*) dd if=/dev/zero of="$disk" bs=4M count=512 conv=notrunc status=none ;; esac
+# costs the guest's first write to it (the host allocates it), a disk's
+# does not, and a thick clone's copy (into a new LV) and dd after it (over
+# the same LV) would not be timed alike.
+case " $* " in *" --mode bench "*) dd if=/dev/zero of="$disk" bs=4M count=$((gib * 256)) conv=notrunc status=none ;; esac
 rc=0
 "$here/run.sh" --mem "${LVM_AGENT_NODE_MEM:-4G}" --cpus 2 --timeout "$timeout" --files "$files" --share "$share" --disk "$disk" -- \
   bash /opt/lvm-agent/guest/node.sh --bin /opt/lvm-agent --vg-device /dev/vda "$@" || rc=$?
