@@ -120,9 +120,11 @@ SEED ?= 0
 chaos:
 	KUBEBUILDER_ASSETS=$$(scripts/kube-assets.sh) go test -count=1 -v -timeout 30m ./integration/chaos -volumes 500 -seed $(SEED)
 
-# Faults on the real node (issue 29), in the guest: so far the power cut of
-# the node's disk (QEMU killed while fsync'd records are written, a second
-# boot on the same disk checks them; scripts/vm/faults.sh).
+# Faults on the real node (issue 29), in the guest: the power cut of the
+# node's disk (QEMU killed while fsync'd records are written, a second boot
+# on the same disk checks them), then the agent, lvmd, kubelet, containerd
+# and kube-apiserver killed during bursts on the cluster of make demo, each
+# round audited (scripts/vm/faults.sh).
 test-faults:
 	scripts/vm/faults.sh
 

@@ -7,6 +7,10 @@
 #
 #   cluster.sh [--bin DIR] up      start it all, import the images, wait for the Node to be Ready
 #   cluster.sh [--bin DIR] down    stop it all
+#   cluster.sh restart NAME [SIG]  NAME (kubelet, containerd, kube-apiserver...)
+#                                  killed with SIG (KILL), then started again
+#                                  with its own command line, as a node's
+#                                  service manager does (Restart=always)
 #
 #   --bin DIR  the binaries of scripts/vm/guest-files.sh (/opt/lvm-agent), with images/ in it
 # Settings (environment):
@@ -34,12 +38,27 @@ export KUBECONFIG=$PKI/admin.conf
 
 log() { printf 'cluster: [%3d s] %s\n' "$SECONDS" "$*" >&2; }
 
-# daemon NAME ARGS...: NAME runs in the background, its output in $LOGS/NAME.log.
+# daemon NAME ARGS...: NAME runs in the background, its output in $LOGS/NAME.log
+# (its command line in $DIR/NAME.cmd, for restart).
 daemon() {
   local name=$1
   shift
+  printf '%s\0' "$@" >"$DIR/$name.cmd"
   setsid "$@" </dev/null >>"$LOGS/$name.log" 2>&1 &
   echo $! >"$DIR/$name.pid"
+}
+
+# restart NAME SIG: the fault and the service manager's answer to it. Exits
+# once the new process runs, not once it serves.
+restart() {
+  local name=$1 sig=$2 pid cmd
+  pid=$(cat "$DIR/$name.pid")
+  kill -"$sig" "$pid"
+  # Gone, or a zombie (its parent, the guest's init, may not reap it).
+  while [ -e "/proc/$pid" ] && [ "$(cut -d' ' -f3 "/proc/$pid/stat" 2>/dev/null)" != Z ]; do sleep 0.1; done
+  mapfile -d '' -t cmd <"$DIR/$name.cmd"
+  daemon "$name" "${cmd[@]}"
+  log "$name: PID $pid killed (SIG$sig), started again as PID $(cat "$DIR/$name.pid")"
 }
 
 # until_ok WHAT COMMAND...: COMMAND succeeds within $WAIT s (each try at most
@@ -304,5 +323,6 @@ down() {
 case ${1:-} in
   up) up ;;
   down) down ;;
-  *) sed -n '2,19s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
+  restart) mkdir -p "$LOGS" && restart "${2:?usage: cluster.sh restart NAME [SIG]}" "${3:-KILL}" ;;
+  *) sed -n '2,23s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
 esac

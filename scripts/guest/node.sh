@@ -32,11 +32,15 @@
 #          beside a plain thin PVC's (bench-clone.sh). --bench LIST: only
 #          these of create,grow,clone (comma-separated).
 #
+#   faults (`make test-faults`) after the install: kills of the agent, lvmd,
+#          kubelet, containerd and kube-apiserver, each during a burst of
+#          20 creates and 20 deletes, each round audited (kills.sh).
+#
 #   peers  (`make bench-peers`) after the cluster and vg1: lvm-agent beside
 #          TopoLVM (scripts/guest/peers.sh, which installs both; --peers
 #          ARGS: its arguments, one string).
 #
-#   node.sh [--bin DIR] [--mode demo|full|bench|peers] [--runs N] [--bench LIST]
+#   node.sh [--bin DIR] [--mode demo|full|bench|faults|peers] [--runs N] [--bench LIST]
 #           [--install kustomize|helm] [--vg-device DEV] [--peers ARGS]
 #       DIR: guest-files.sh's binaries, images/, deploy/ and charts/ (/opt/lvm-agent)
 #       DEV: the node's disk for vg1 (scripts/vm/node.sh and test.sh attach a
@@ -50,7 +54,7 @@ set -Eeuo pipefail # -E: the ERR trap (dump) fires in functions too
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 bin=/opt/lvm-agent mode=full runs=5 benches=create,grow,clone install=kustomize vg_device='' peers=''
-usage() { sed -n '2,47s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2; }
+usage() { sed -n '2,52s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
     --bin) bin=$2; shift 2 ;;
@@ -63,7 +67,7 @@ while [ $# -gt 0 ]; do
     *) usage ;;
   esac
 done
-case $mode in demo | full | bench | peers) ;; *) usage ;; esac
+case $mode in demo | full | bench | faults | peers) ;; *) usage ;; esac
 case $install in kustomize | helm) ;; *) usage ;; esac
 export CLUSTER_DIR=${CLUSTER_DIR:-/var/lib/lvm-agent-cluster}
 export KUBECONFIG=$CLUSTER_DIR/pki/admin.conf PATH=$bin:$here:/usr/local/sbin:/usr/local/bin:$PATH
@@ -352,6 +356,11 @@ show kubectl -n lvm-agent rollout status deployment/lvm-agent-provisioner --time
 show kubectl -n lvm-agent get pods -o wide
 echo "    The agent reports the node's volume groups, their size and free space, on the Node:"
 show kubectl get node "$(hostname)" -o jsonpath='{.metadata.annotations.csi\.alibabacloud\.com/storage-topology}{"\n"}'
+[ "$mode" != faults ] || {
+  . "$here/kills.sh"
+  node_kills
+  exit 0
+}
 [ "$mode" != bench ] || {
   step "Bench: the agent at --v=2, which logs each request's lvmd calls with their times (the growth rows read them)"
   show kubectl -n lvm-agent patch daemonset lvm-agent --type json -p '[{"op":"test","path":"/spec/template/spec/containers/0/name","value":"lvm-agent"},{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--v=2"}]'

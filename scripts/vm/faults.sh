@@ -6,13 +6,19 @@
 # while they write (run.sh --power-cut); a second guest booted on the same
 # disk must find both LVs active from its boot (lvm2's vgchange -aay in its
 # init, nothing of the test's) and every synced record intact
-# (scripts/guest/powercut.sh). The disk is removed at the end.
+# (scripts/guest/powercut.sh). The disk is removed at the end. Then the
+# one-node cluster of make demo (scripts/vm/node.sh --mode faults): the
+# agent, lvmd, kubelet, containerd and kube-apiserver each killed during a
+# burst of 20 creates and 20 deletes, the node audited after each
+# (scripts/guest/kills.sh).
 #
 #   scripts/vm/faults.sh [--timeout SECONDS]
 #
-# Prints a table: volumes, faults, the time from the cut to the check's
-# end (the second boot included), lost and changed records (each must be
-# 0). Exit code 0 only when both boots did what they should.
+# Prints a table per part: for the power cut, volumes, faults, the time
+# from the cut to the check's end (the second boot included), lost and
+# changed records; for the kills, each fault's recovery time and the
+# audit's counts. Each count must be 0. Exit code 0 only when both parts
+# did what they should.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -45,5 +51,11 @@ recover=$(($(date +%s) - cut))
 read -r synced lost changed < <(tr -d '\r' <"$share/check.log" | sed -n 's/^powercut: synced \([0-9]*\), lost \([0-9]*\), changed \([0-9]*\)$/\1 \2 \3/p') || true
 printf '\n%-28s %7s %6s %8s %11s %6s %7s\n' scenario volumes faults "synced" "recover s" lost changed
 printf '%-28s %7s %6s %8s %11s %6s %7s\n' "power cut (LVM, ext4)" 2 1 "${synced:-?}" "$recover" "${lost:-?}" "${changed:-?}"
-log "$([ $rc -eq 0 ] && echo OK || echo "FAILED (exit $rc)") in $((SECONDS - t0)) s (recover: from the cut to the second boot's check done, its boot included)"
-exit $rc
+log "power cut: $([ $rc -eq 0 ] && echo OK || echo "FAILED (exit $rc)") in $((SECONDS - t0)) s (recover: from the cut to the second boot's check done, its boot included)"
+
+log "kills: the one-node cluster, each component killed during a burst"
+t1=$SECONDS kills=0
+"$here/node.sh" --timeout 2700 -- --mode faults || kills=$?
+log "kills: $([ $kills -eq 0 ] && echo OK || echo "FAILED (exit $kills)") in $((SECONDS - t1)) s"
+log "$([ $rc -eq 0 ] && [ $kills -eq 0 ] && echo OK || echo FAILED) in $((SECONDS - t0)) s"
+[ $rc -eq 0 ] && [ $kills -eq 0 ]

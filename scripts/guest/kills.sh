@@ -1,0 +1,162 @@
+# Sourced by node.sh in faults mode (make test-faults), after the install,
+# with its helpers: components of the node killed in the middle of a burst.
+# For each fault in turn, 20 claims are created and the 20 of the round
+# before deleted in one go (with the node already chosen on each claim, as
+# the scheduler or lvm-agent's clone placer writes it: the PV controller
+# then provisions at once, no Pod needed), and 3 s later the fault:
+#   agent           kill -9 of the agent's process (kubelet restarts it)
+#   lvmd            kill -9 of the lvmd sidecar's process (the same)
+#   kubelet         kill -9, started again (cluster.sh restart: the service
+#   containerd      kill -9, started again  manager's Restart= on a node)
+#   kube-apiserver  SIGTERM, started again (an upgrade's restart)
+# Each round ends when every claim of the round is Bound and every PV and
+# LV of the deleted ones is gone (recover: fault -> that), then the audit of
+# the whole node: every live claim Bound with exactly one LV tagged with its
+# UID, of at least its size (lost, duplicated); no LV or PV left of a claim
+# that is gone (orphaned); no request left open or answered failed; an LV
+# that is not lvm-agent's, made before the first round, still there with
+# its UID, tags and bytes (foreign). Each count must be 0.
+# shellcheck shell=bash
+
+kill_agent() { # the agent's process (the provisioner runs the same binary, without --lvmd-socket)
+  local p killed=0
+  for p in $(pgrep -x lvm-agent); do
+    ! tr '\0' '\n' <"/proc/$p/cmdline" | grep -q '^--lvmd-socket=' || { kill -9 "$p" && killed=$((killed + 1)); }
+  done
+  [ $killed -ge 1 ]
+}
+
+fault() {
+  case $1 in
+    agent) kill_agent ;;
+    lvmd) pkill -9 -x lvmd ;;
+    kubelet | containerd) cluster.sh restart "$1" KILL ;;
+    kube-apiserver) cluster.sh restart kube-apiserver TERM ;;
+  esac
+}
+
+burst_yaml() { # burst_yaml ROUND: 20 claims of 16 MiB on this node
+  local i
+  for i in $(seq 1 20); do
+    cat <<YAML
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: $1-$i
+  namespace: default
+  labels: {app: faults, round: $1}
+  annotations: {volume.kubernetes.io/selected-node: $(hostname)}
+spec:
+  storageClassName: lvm-thick
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 16Mi}}
+YAML
+  done
+}
+
+# The claims of a round, one line each: name;uid;phase;PV;lifecycle (any
+# may be empty). (A kubectl run costs about a second of the guest's CPU
+# under TCG: one list per look.) The waits below ask quietly, and their
+# commands never fail: the API server may be away, and a failed command
+# would set off node.sh's ERR trap.
+claims() { kubectl get pvc -l "app=faults${1:+,round=$1}" -o jsonpath='{range .items[*]}{.metadata.name};{.metadata.uid};{.status.phase};{.spec.volumeName};{.metadata.annotations.pv\.csi\.alibabacloud\.com/volume\.lifecycle}{"\n"}{end}'; }
+round_bound() { # round_bound ROUND: its 20 claims Bound
+  local c
+  c=$(claims "$1" 2>/dev/null || true)
+  [ "$(awk -F';' '$3 == "Bound"' <<<"$c" | wc -l)" = 20 ]
+}
+round_gone() { # round_gone PVS UIDS: those PVs and the LVs of those claims gone
+  local pvs=$1 uids=$2 left
+  left=$(kubectl get pv -o name 2>/dev/null || echo unreachable)
+  [ "$left" != unreachable ] || return 1
+  for pv in $pvs; do ! grep -qx "persistentvolume/$pv" <<<"$left" || return 1; done
+  ! volumes -o lv_tags | grep -q -E "lvm-agent\.pvc\.($uids)(,|[[:space:]]*\$)"
+}
+
+# audit N: one row of counts for the whole node, each must be 0; N claims live.
+foreign_state() { echo "$(lvm lvs --noheadings -o lv_uuid,lv_tags vg1/foreign 2>&1) $(head -c 1048576 /dev/vg1/foreign 2>&1 | md5sum)"; }
+audit() {
+  local c lvs pvs lost=0 dup=0 orphan=0 open=0 failed=0 foreign=0 name uid phase pv state n size tags
+  c=$(claims) lvs=$(volumes -o lv_name,lv_size,lv_tags --units b --nosuffix)
+  n=$(grep -c . <<<"$c" || true)
+  [ "$n" -ge "$1" ] || { echo "audit: $n claims of $1"; lost=$(($1 - n)); }
+  pvs=$(kubectl get pv -o jsonpath='{range .items[*]}{.metadata.name};{.spec.claimRef.uid};{.metadata.annotations.pv\.csi\.alibabacloud\.com/volume\.lifecycle}{"\n"}{end}')
+  while IFS=';' read -r name uid phase pv state; do
+    [ -n "$name" ] || continue
+    n=0
+    while read -r _ size tags; do
+      [[ ,$tags, == *",lvm-agent.pvc.$uid,"* ]] || continue
+      n=$((n + 1))
+      [ "$size" -ge $((16 << 20)) ] || { echo "audit: pvc/$name: its LV has $size bytes"; lost=$((lost + 1)); }
+    done <<<"$lvs"
+    [ "$phase" = Bound ] || { echo "audit: pvc/$name is $phase"; lost=$((lost + 1)); }
+    [ $n -ge 1 ] || { echo "audit: pvc/$name: no LV"; lost=$((lost + 1)); }
+    [ $n -le 1 ] || { echo "audit: pvc/$name: $n LVs"; dup=$((dup + n - 1)); }
+    [ "$state" != failed ] || { echo "audit: pvc/$name answered failed"; failed=$((failed + 1)); }
+    [ "$state" = created ] || [ "$state" = failed ] || { echo "audit: pvc/$name: request $state"; open=$((open + 1)); }
+  done <<<"$c"
+  while read -r name _ tags; do # LVs of claims that are gone
+    [ -n "$name" ] && [ "$name" != foreign ] || continue
+    uid=$(grep -o -E 'lvm-agent\.pvc\.[0-9a-f-]+' <<<"$tags" | cut -d. -f3 || true)
+    awk -F';' -v u="$uid" '$2 == u { f = 1 } END { exit !f }' <<<"$c" || { echo "audit: LV vg1/$name (claim ${uid:-none}) has no claim"; orphan=$((orphan + 1)); }
+  done <<<"$lvs"
+  while IFS=';' read -r pv uid state; do # PVs of claims that are gone, requests open
+    [ -n "$pv" ] || continue
+    awk -F';' -v u="$uid" '$2 == u { f = 1 } END { exit !f }' <<<"$c" || { echo "audit: pv/$pv (claim $uid) has no claim"; orphan=$((orphan + 1)); }
+    [ "$state" != failed ] || { echo "audit: pv/$pv answered failed"; failed=$((failed + 1)); }
+  done <<<"$pvs"
+  [ "$(foreign_state)" = "$foreign_before" ] || { echo "audit: vg1/foreign changed: $(foreign_state)"; foreign=1; }
+  audit_row="$lost $dup $orphan $open $failed $foreign"
+}
+
+kills_table() { # the rows so far: the make test-faults figures
+  printf '\n%-16s %7s %7s %9s %4s %4s %6s %4s %6s %7s\n' fault creates deletes "recover s" lost dup orphan open failed foreign
+  awk 'NF { printf "%-16s %7s %7s %9s %4s %4s %6s %4s %6s %7s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 }' <<<"$1"
+}
+
+node_kills() {
+  local f prev=base t c pvs uids rows='' n
+  step "Faults: an LV that is not lvm-agent's, which nothing may touch, and 20 claims to delete in the first round" \
+    "The claims name this node (volume.kubernetes.io/selected-node), as the scheduler would: provisioned without Pods."
+  show kubectl apply -f "$bin/deploy/examples/storageclass-thick.yaml"
+  show lvm lvcreate -q -y -n foreign -L 8M --addtag owner=someone-else vg1
+  head -c 1048576 /dev/urandom >/dev/vg1/foreign && sync
+  foreign_before=$(foreign_state)
+  burst_yaml base | kubectl apply -f - >/dev/null
+  within 600 "20 claims of round base Bound" round_bound base
+  audit 20
+  echo "audit: $audit_row (lost duplicated orphaned open failed foreign)"
+  [ "$audit_row" = "0 0 0 0 0 0" ]
+  for f in agent lvmd kubelet containerd kube-apiserver; do
+    step "Fault: $f, during 20 creates (round $f) and 20 deletes (round $prev)"
+    c=$(claims "$prev")
+    pvs=$(cut -d';' -f4 <<<"$c") uids=$(cut -d';' -f2 <<<"$c" | paste -sd'|')
+    burst_yaml "$f" | kubectl apply -f - >/dev/null
+    kubectl delete pvc -l "round=$prev" --wait=false >/dev/null
+    sleep 3
+    t=$SECONDS
+    show fault "$f"
+    within 900 "20 claims of round $f Bound" round_bound "$f"
+    within 900 "the PVs and LVs of round $prev gone" round_gone "$pvs" "$uids"
+    n=$((SECONDS - t))
+    show kubectl -n lvm-agent get pods
+    audit 20
+    rows+="$f 20 20 $n $audit_row"$'\n'
+    [ "$audit_row" = "0 0 0 0 0 0" ] || { kills_table "$rows"; false; }
+    prev=$f
+  done
+  step "Faults: the last round deleted; the node audited once more"
+  c=$(claims "$prev")
+    pvs=$(cut -d';' -f4 <<<"$c") uids=$(cut -d';' -f2 <<<"$c" | paste -sd'|')
+  kubectl delete pvc -l "round=$prev" --wait=false >/dev/null
+  t=$SECONDS
+  within 900 "the PVs and LVs of round $prev gone" round_gone "$pvs" "$uids"
+  audit 0
+  n=$((SECONDS - t))
+  rows+="(end) 0 20 $n $audit_row"$'\n'
+  show lvm lvs vg1
+  kills_table "$rows"
+  [ "$audit_row" = "0 0 0 0 0 0" ]
+  step "faults: OK"
+}
