@@ -18,18 +18,26 @@
 # its UID, tags and bytes (foreign). Each count must be 0.
 # shellcheck shell=bash
 
-kill_agent() { # the agent's process (the provisioner runs the same binary, without --lvmd-socket)
+# pids NAME: the processes whose command is NAME (the guest has no pgrep).
+pids() { local f c; for f in /proc/[0-9]*/comm; do read -r c 2>/dev/null <"$f" && [ "$c" = "$1" ] || continue; f=${f#/proc/}; echo "${f%/comm}"; done; }
+
+# kill9 NAME [ARG]: kill -9 of NAME's processes (with ARG on their command
+# line: the provisioner runs the agent's binary too, without
+# --lvmd-socket); at least one, or the fault did not happen.
+kill9() {
   local p killed=0
-  for p in $(pgrep -x lvm-agent); do
-    ! tr '\0' '\n' <"/proc/$p/cmdline" | grep -q '^--lvmd-socket=' || { kill -9 "$p" && killed=$((killed + 1)); }
+  for p in $(pids "$1"); do
+    [ -z "${2:-}" ] || tr '\0' '\n' <"/proc/$p/cmdline" 2>/dev/null | grep -q -- "^$2" || continue
+    ! kill -9 "$p" 2>/dev/null || killed=$((killed + 1))
   done
+  echo "killed $killed $1 process(es)"
   [ $killed -ge 1 ]
 }
 
 fault() {
   case $1 in
-    agent) kill_agent ;;
-    lvmd) pkill -9 -x lvmd ;;
+    agent) kill9 lvm-agent --lvmd-socket= ;;
+    lvmd) kill9 lvmd ;;
     kubelet | containerd) cluster.sh restart "$1" KILL ;;
     kube-apiserver) cluster.sh restart kube-apiserver TERM ;;
   esac
