@@ -35,6 +35,16 @@ type provisioner struct {
 
 // run carries out v's plan; v.err is set when it could not.
 func (p *provisioner) run(ctx context.Context, v *volume) {
+	if v.kind == kindPointer {
+		// Its life starts once the live volume's LV exists (before, its
+		// delete is rightly "deleted": there is no LV). That volume may be of
+		// a later wave: waiting for it is not the pointer's own time (seed
+		// 1655820604 on a loaded host: 4 min passed before it was created).
+		if _, err := p.tracker.waitFinal(ctx, objKey{"pvc", v.victim.ns, v.victim.pvc}, ""); err != nil {
+			v.err = err
+			return
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, p.deadline)
 	defer cancel()
 	if err := p.lifecycle(ctx, v); err != nil {
@@ -50,12 +60,7 @@ func (p *provisioner) lifecycle(ctx context.Context, v *volume) error {
 	case kindLegacy:
 		// The original agent's PV: its claim is long gone.
 		return p.remove(ctx, v, fmt.Sprintf("legacy-claim-%d", v.i))
-	case kindPointer:
-		// Once the live volume's LV exists (before, its delete is rightly
-		// "deleted": there is no LV).
-		if _, err := p.tracker.waitFinal(ctx, objKey{"pvc", v.victim.ns, v.victim.pvc}, ""); err != nil {
-			return err
-		}
+	case kindPointer: // once the live volume's LV exists (run)
 		return p.remove(ctx, v, "")
 	}
 	pvc, err := p.makeClaim(ctx, v, "")
