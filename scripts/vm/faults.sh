@@ -55,7 +55,8 @@ log "power cut: $([ $rc -eq 0 ] && echo OK || echo "FAILED (exit $rc)") in $((SE
 
 log "kills: the one-node cluster, each component killed during a burst"
 t1=$SECONDS kills=0
-"$here/node.sh" --timeout 2700 -- --mode faults || kills=$?
+# It took 2490 s on ee4faa4, close to node.sh's default limit (2700 s).
+"$here/node.sh" --timeout 3600 -- --mode faults || kills=$?
 log "kills: $([ $kills -eq 0 ] && echo OK || echo "FAILED (exit $kills)") in $((SECONDS - t1)) s"
 log "$([ $rc -eq 0 ] && [ $kills -eq 0 ] && echo OK || echo FAILED) in $((SECONDS - t0)) s"
 [ $rc -eq 0 ] && [ $kills -eq 0 ]
