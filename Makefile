@@ -83,8 +83,9 @@ bench-node:
 # lvm-agent beside TopoLVM v0.41.0 on that cluster (docs/bench-peers.md);
 # PEERS: scripts/guest/peers.sh's arguments (default: its own, 2 rounds).
 PEERS ?=
+# One round each took more than 5400 s in the guest (docs/bench-peers.md, run 5).
 bench-peers:
-	scripts/vm/node.sh --timeout 5400 -- --mode peers --peers "$(PEERS)"
+	scripts/vm/node.sh --timeout 10800 -- --mode peers --peers "$(PEERS)"
 
 # The images that cluster runs, as tarballs (no container engine).
 images:

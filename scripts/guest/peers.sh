@@ -23,8 +23,9 @@
 # when it is not there yet; then the idle window before it gives its own
 # rate of API requests at rest, else that row says n/a. TopoLVM: its images
 # imported, its rendered chart applied. Every figure's boundaries are below,
-# at report(); the logs and snapshots stay in $CLUSTER_DIR/peers (and go to
-# /share/peers when the host shares a directory).
+# at report(); the logs and snapshots are written to /share/peers when the
+# host shares a directory (a guest stopped by its time limit still leaves
+# them), else to $CLUSTER_DIR/peers.
 # Exit code 0 when every step worked (the goals do not change it).
 set -Eeuo pipefail
 
@@ -49,6 +50,7 @@ case $fs in ext4 | xfs) ;; *) usage ;; esac
 export CLUSTER_DIR=${CLUSTER_DIR:-/var/lib/lvm-agent-cluster}
 export KUBECONFIG=$CLUSTER_DIR/pki/admin.conf PATH=$bin:$here:/usr/local/sbin:/usr/local/bin:$PATH
 w=$CLUSTER_DIR/peers
+! grep -q ' /share ' /proc/mounts || w=/share/peers
 mkdir -p "$w"
 t0=$SECONDS
 node=$(hostname)
@@ -64,7 +66,6 @@ dump() {
   echo "peers: FAILED at line $1"
   kubectl get pods -A -o wide 2>&1 || true
   kubectl get events -A --sort-by=.lastTimestamp 2>&1 | tail -n 30 || true
-  ! grep -q ' /share ' /proc/mounts || cp -r "$w" /share/peers
 }
 trap 'dump $LINENO' ERR
 within() { # within SECONDS WHAT COMMAND...: COMMAND succeeds before the deadline
@@ -550,5 +551,4 @@ report() {
   for s in "${STACKS[@]}"; do sed "s|^|    $s: |" "$w/$s.pods"; done | tee -a "$w/report.txt"
 }
 report
-! grep -q ' /share ' /proc/mounts || cp -r "$w" /share/peers
 step "peers: OK"

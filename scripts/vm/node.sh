@@ -7,7 +7,7 @@
 #   make test-node   the same, as a step of make test
 #   make bench-node  scripts/vm/node.sh -- --mode bench [--runs N]
 #   make demo-helm   scripts/vm/node.sh --timeout 1800 -- --mode demo --install helm
-#   make bench-peers scripts/vm/node.sh --timeout 5400 -- --mode peers [--peers ARGS]
+#   make bench-peers scripts/vm/node.sh --timeout 10800 -- --mode peers [--peers ARGS]
 #                    (TopoLVM built and its chart rendered first: scripts/peers/)
 #
 #   scripts/vm/node.sh [--timeout SECONDS] [-- NODE_SH_ARGS...]
