@@ -74,6 +74,12 @@ round_bound() { # round_bound ROUND: its 20 claims Bound
   c=$(claims "$1" 2>/dev/null || true)
   [ "$(awk -F';' '$3 == "Bound"' <<<"$c" | wc -l)" = 20 ]
 }
+delete_round() { # delete_round ROUND: its claims deleted; sets pvs and uids, what round_gone waits for
+  local c
+  c=$(claims "$1")
+  pvs=$(cut -d';' -f4 <<<"$c") uids=$(cut -d';' -f2 <<<"$c" | paste -sd'|')
+  kubectl delete pvc -l "round=$1" --wait=false >/dev/null
+}
 round_gone() { # round_gone PVS UIDS: those PVs and the LVs of those claims gone
   local pvs=$1 uids=$2 left
   left=$(kubectl get pv -o name 2>/dev/null || echo unreachable)
@@ -124,7 +130,7 @@ kills_table() { # the rows so far: the make test-faults figures
 }
 
 node_kills() {
-  local f prev=base t c pvs uids rows='' n
+  local f prev=base t pvs uids rows='' n
   step "Faults: an LV that is not lvm-agent's, which nothing may touch, and 20 claims to delete in the first round" \
     "The claims name this node (volume.kubernetes.io/selected-node), as the scheduler would: provisioned without Pods."
   show kubectl apply -f "$bin/deploy/examples/storageclass-thick.yaml"
@@ -138,10 +144,8 @@ node_kills() {
   [ "$audit_row" = "0 0 0 0 0 0" ]
   for f in agent lvmd kubelet containerd kube-apiserver; do
     step "Fault: $f, during 20 creates (round $f) and 20 deletes (round $prev)"
-    c=$(claims "$prev")
-    pvs=$(cut -d';' -f4 <<<"$c") uids=$(cut -d';' -f2 <<<"$c" | paste -sd'|')
     burst_yaml "$f" | kubectl apply -f - >/dev/null
-    kubectl delete pvc -l "round=$prev" --wait=false >/dev/null
+    delete_round "$prev"
     sleep 3
     t=$SECONDS
     show fault "$f"
@@ -155,9 +159,7 @@ node_kills() {
     prev=$f
   done
   step "Faults: the last round deleted; the node audited once more"
-  c=$(claims "$prev")
-    pvs=$(cut -d';' -f4 <<<"$c") uids=$(cut -d';' -f2 <<<"$c" | paste -sd'|')
-  kubectl delete pvc -l "round=$prev" --wait=false >/dev/null
+  delete_round "$prev"
   t=$SECONDS
   within 900 "the PVs and LVs of round $prev gone" round_gone "$pvs" "$uids"
   audit 0
