@@ -153,6 +153,21 @@ func (a *Agent) Run(ctx context.Context, grace time.Duration) error {
 	return nil
 }
 
+// Resume retries every open request now, its backoff forgotten: the
+// CapacityWatcher's OnBack hook. Requests that failed while lvmd was away
+// would otherwise wait out a backoff grown during the outage (up to
+// BackoffMax) after lvmd is back.
+func (a *Agent) Resume() {
+	keys := a.DSW.Keys()
+	if len(keys) > 0 {
+		klog.InfoS("lvmd is back; retrying the open requests now", "requests", len(keys))
+	}
+	for _, k := range keys {
+		a.queue.Forget(k)
+		a.queue.Add(k)
+	}
+}
+
 // Synced reports whether the informers have synced.
 func (a *Agent) Synced() bool { return a.inf.PVC.HasSynced() && a.inf.PV.HasSynced() }
 

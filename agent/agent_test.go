@@ -636,3 +636,27 @@ func TestRequestFirstSeen(t *testing.T) {
 	assert.Nil(t, obj)
 	assert.True(t, seen.IsZero())
 }
+
+// lvmd away: a create waits with the error noted (never failed), and goes
+// on as soon as lvmd is back (the CapacityWatcher's OnBack), not once its
+// backoff, grown meanwhile, has passed.
+func TestCreateResumedWhenLvmdIsBack(t *testing.T) {
+	f, backend := serveLVMD(t, thickAndThin...)
+	f.lvmd.Stop()
+	e := startOn(t, Config{BackoffBase: time.Minute, BackoffMax: time.Minute}, f, backend)
+	w := NewCapacityWatcher(backend, nil)
+	w.OnBack = e.agent.Resume
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go w.Run(ctx)
+
+	e.pvc(t, "default", "pvc", node, spec(`{"volumeGroup":"thick","name":"lv1","size":4096}`))
+	require.Eventually(t, func() bool {
+		pvc, err := e.client.CoreV1().PersistentVolumeClaims("default").Get(ctx, "pvc", metav1.GetOptions{})
+		return err == nil && pvc.Annotations[kube.AnnError] != ""
+	}, 10*time.Second, 10*time.Millisecond, "the create failed once, lvmd away")
+	require.NoError(t, f.lvmd.Serve(f.socket))
+	ann := e.waitPVC(t, "default", "pvc") // 10 s: the next retry would be in a minute
+	assert.Equal(t, kube.StateCreated, ann[kube.AnnLifecycle])
+	assert.NotContains(t, ann, kube.AnnError)
+}

@@ -27,8 +27,13 @@ type CapacityWatcher struct {
 
 	mu  sync.Mutex
 	err error
-	// OnChange, when set before Run, is called with every new capacity report.
+	// Hooks, each optional and set before Run: OnChange is called with
+	// every capacity report; OnLost at each failure to reach lvmd (about
+	// every 10 s while it is away); OnBack before the first report after a
+	// failure, and before the first report of all.
 	OnChange func([]lvmbackend.Capacity)
+	OnLost   func()
+	OnBack   func()
 }
 
 // NewCapacityWatcher registers its metrics with reg (nil: not registered).
@@ -97,7 +102,7 @@ func (w *CapacityWatcher) report(caps []lvmbackend.Capacity, err error) {
 	w.mu.Lock()
 	wasDown := w.err != nil
 	w.err = err
-	onChange := w.OnChange
+	onChange, onLost, onBack := w.OnChange, w.OnLost, w.OnBack
 	thinData, thinMeta := w.thinData, w.thinMeta
 	w.mu.Unlock()
 	if err != nil {
@@ -105,11 +110,17 @@ func (w *CapacityWatcher) report(caps []lvmbackend.Capacity, err error) {
 		if !wasDown {
 			klog.ErrorS(err, "lvmd is unreachable")
 		}
+		if onLost != nil {
+			onLost()
+		}
 		return
 	}
 	w.reachable.Set(1)
 	if wasDown {
 		klog.InfoS("lvmd is reachable")
+		if onBack != nil {
+			onBack()
+		}
 	}
 	if thinData != nil {
 		// Each report lists every device class: a pool no longer reported

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"math"
+	"slices"
 	"sort"
 	"time"
 
@@ -101,6 +102,13 @@ type NodeCapacity struct {
 	// Resync is how often the Node is read again, so that an annotation
 	// removed or a Node re-registered by someone else is written again.
 	Resync time.Duration
+	// Away is how long lvmd stays unreachable (Lost, with no report since)
+	// before every entry says so ("lvmdUnreachable", free 0): schedulers
+	// then send new volumes elsewhere. Shorter outages (lvmd restarted by
+	// kubelet) change nothing.
+	Away time.Duration
+
+	lost chan struct{}
 }
 
 // DefaultCapacityMinChange is NodeCapacity's default MinChange: 1% of the
@@ -113,7 +121,7 @@ func NewNodeCapacity(client kubernetes.Interface, node, key string, classes map[
 		metrics = NewMetrics(nil)
 	}
 	return &NodeCapacity{client: client, node: node, key: key, classes: classes, metrics: metrics,
-		updates:  make(chan []lvmbackend.Capacity, 1),
+		updates: make(chan []lvmbackend.Capacity, 1), lost: make(chan struct{}, 1), Away: 10 * time.Second,
 		Debounce: time.Second, MinChange: DefaultCapacityMinChange, Retry: wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.5, Steps: math.MaxInt32, Cap: time.Minute}, Resync: 10 * time.Minute}
 }
 
@@ -134,6 +142,15 @@ func (n *NodeCapacity) Update(caps []lvmbackend.Capacity) {
 	}
 }
 
+// Lost takes the word that lvmd could not be reached: the
+// CapacityWatcher's OnLost hook. It never blocks.
+func (n *NodeCapacity) Lost() {
+	select {
+	case n.lost <- struct{}{}:
+	default:
+	}
+}
+
 // Run writes the annotation until ctx ends.
 func (n *NodeCapacity) Run(ctx context.Context) {
 	s := nodeCapacitySync{NodeCapacity: n}
@@ -141,19 +158,32 @@ func (n *NodeCapacity) Run(ctx context.Context) {
 	resync := time.NewTicker(n.Resync)
 	defer resync.Stop()
 	retry := n.Retry
+	var away <-chan time.Time // lvmd lost, not yet said
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case caps := <-n.updates:
-			s.desired = kube.EncodeStorageTopology(capacityEntries(caps, n.classes, n.Copies, n.Grows))
+			s.entries, s.reported, s.away, away = capacityEntries(caps, n.classes, n.Copies, n.Grows), true, false, nil
 			if timer == nil { // a pending retry keeps its backoff
 				timer = time.After(n.Debounce)
 			}
 			continue
+		case <-n.lost:
+			if away == nil && !s.away {
+				away = time.After(n.Away)
+			}
+			continue
+		case <-away:
+			s.away, away = true, nil
+			klog.InfoS("lvmd unreachable; the Node capacity annotation says so", "node", s.node, "after", n.Away)
+			if timer == nil {
+				timer = time.After(0)
+			}
+			continue
 		case <-resync.C:
 			s.known = nil
-			if s.desired != "" && timer == nil {
+			if (s.reported || s.away) && timer == nil {
 				timer = time.After(0)
 			}
 			continue
@@ -174,9 +204,31 @@ func (n *NodeCapacity) Run(ctx context.Context) {
 // nodeCapacitySync is Run's state.
 type nodeCapacitySync struct {
 	*NodeCapacity
-	desired       string
-	known         *string // the annotation as last read or written; nil: unknown
+	entries       []kube.StorageCapacity // of lvmd's last report
+	reported      bool                   // a report came since the start
+	away          bool                   // lvmd lost for Away, no report since
+	known         *string                // the annotation as last read or written; nil: unknown
 	missingLogged bool
+}
+
+// desired is the annotation's value to write, if any. While lvmd is away
+// the entries are the last report's (with none since the start: the Node's
+// own), each marked unreachable with nothing free.
+func (s *nodeCapacitySync) desired() (string, bool) {
+	entries := s.entries
+	if s.away && !s.reported {
+		var err error
+		if entries, err = kube.DecodeStorageTopology(*s.known); err != nil {
+			return "", false // nothing of ours to mark
+		}
+	}
+	if s.away {
+		entries = slices.Clone(entries)
+		for i := range entries {
+			entries[i].Free, entries[i].LvmdUnreachable = 0, true
+		}
+	}
+	return kube.EncodeStorageTopology(entries), s.reported || s.away
 }
 
 func (s *nodeCapacitySync) sync(ctx context.Context) error {
@@ -194,27 +246,27 @@ func (s *nodeCapacitySync) sync(ctx context.Context) error {
 		}
 		s.known = &v
 	}
-	if !worthWriting(*s.known, s.desired, s.MinChange) {
+	desired, ok := s.desired()
+	if !ok || !worthWriting(*s.known, desired, s.MinChange) {
 		s.missingLogged = false
 		return nil
 	}
-	_, err := kube.UpdateNodeWithAnnotations(ctx, s.client, s.node, "", kube.Set(map[string]string{s.key: s.desired}))
+	_, err := kube.UpdateNodeWithAnnotations(ctx, s.client, s.node, "", kube.Set(map[string]string{s.key: desired}))
 	s.metrics.wrote("node", err)
 	if err != nil {
 		s.known = nil
 		s.logFailure(err, "write")
 		return err
 	}
-	written := s.desired
-	s.known = &written
+	s.known = &desired
 	s.missingLogged = false
-	klog.V(2).InfoS("Node capacity annotation updated", "node", s.node, "annotation", s.key, "value", s.desired)
+	klog.V(2).InfoS("Node capacity annotation updated", "node", s.node, "annotation", s.key, "value", desired)
 	return nil
 }
 
 // worthWriting tells whether the annotation value desired should replace
 // known: known is not in the form the agent writes, or lists other classes
-// or sizes or abilities (clone, grow), or a class's free bytes moved by
+// or sizes or abilities (clone, grow) or lvmd's reach, or a class's free bytes moved by
 // minChange of known's or more, or to or from 0.
 func worthWriting(known, desired string, minChange float64) bool {
 	if known == desired {
@@ -231,7 +283,7 @@ func worthWriting(known, desired string, minChange float64) bool {
 	for i := range k {
 		a, b := k[i], d[i]
 		if a.Type != b.Type || a.Name != b.Name || a.DeviceClass != b.DeviceClass || a.Capacity != b.Capacity ||
-			a.Clone != b.Clone || a.Grow != b.Grow || (a.Free == 0) != (b.Free == 0) {
+			a.Clone != b.Clone || a.Grow != b.Grow || a.LvmdUnreachable != b.LvmdUnreachable || (a.Free == 0) != (b.Free == 0) {
 			return true
 		}
 		moved := float64(max(a.Free, b.Free) - min(a.Free, b.Free))

@@ -48,13 +48,17 @@ func TestStorageTopology(t *testing.T) {
 	}
 }
 
-const ncNode = "node-capacity"
+const (
+	ncNode = "node-capacity"
+	ncAway = 300 * time.Millisecond
+)
 
 func ncStart(t *testing.T, client *fake.Clientset, minChange ...float64) *NodeCapacity {
 	t.Helper()
 	n := NewNodeCapacity(client, ncNode, kube.DefaultCapacityAnnotation, nil, nil)
 	n.Debounce = 100 * time.Millisecond
 	n.Retry.Duration, n.Retry.Cap = 20*time.Millisecond, 50*time.Millisecond
+	n.Away = ncAway
 	for _, m := range minChange {
 		n.MinChange = m
 	}
@@ -225,4 +229,42 @@ func TestNodeCapacityResync(t *testing.T) {
 		[]byte(`{"metadata":{"annotations":{"example.com/capacity":null}}}`), metav1.PatchOptions{})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return get() == want }, 5*time.Second, 10*time.Millisecond)
+}
+
+// lvmd away for longer than Away: every entry says so, with nothing free;
+// its next report puts the figures back. An outage shorter than Away
+// writes nothing.
+func TestNodeCapacityLvmdAway(t *testing.T) {
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: ncNode}})
+	n := ncStart(t, client)
+	n.Update(ncCaps(100))
+	ncWaitAnnotation(t, client, storageTopology(ncCaps(100), nil))
+
+	n.Lost()
+	time.Sleep(ncAway / 2)
+	n.Update(ncCaps(100))
+	time.Sleep(ncAway + 300*time.Millisecond)
+	assert.Equal(t, 1, ncNodePatches(client), "back within Away: nothing written")
+
+	n.Lost()
+	ncWaitAnnotation(t, client, `[{"type":"lvm","name":"vg1","capacity":1073741824,"free":0,"deviceClass":"vg1","lvmdUnreachable":true}]`)
+	n.Lost() // each reconnect that fails says it again: no write
+	time.Sleep(ncAway + 300*time.Millisecond)
+	assert.Equal(t, 2, ncNodePatches(client))
+
+	n.Update(ncCaps(90))
+	ncWaitAnnotation(t, client, storageTopology(ncCaps(90), nil))
+}
+
+// An agent that never reached lvmd since it started marks the entries the
+// Node shows (from before its restart): they are not lvmd's figures now.
+func TestNodeCapacityLvmdAwayFromTheStart(t *testing.T) {
+	before := storageTopology(ncCaps(100), nil)
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: ncNode,
+		Annotations: map[string]string{kube.DefaultCapacityAnnotation: before}}})
+	n := ncStart(t, client)
+	n.Lost()
+	ncWaitAnnotation(t, client, `[{"type":"lvm","name":"vg1","capacity":1073741824,"free":0,"deviceClass":"vg1","lvmdUnreachable":true}]`)
+	n.Update(ncCaps(100))
+	ncWaitAnnotation(t, client, before)
 }

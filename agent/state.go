@@ -107,6 +107,17 @@ func (d *DesiredStateOfWorld) get(k Key) (runtime.Object, time.Time) {
 }
 
 // Len is the number of open requests.
+// Keys lists the open requests.
+func (d *DesiredStateOfWorld) Keys() []Key {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	keys := make([]Key, 0, len(d.objs))
+	for k := range d.objs {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
 func (d *DesiredStateOfWorld) Len() int { d.mu.RLock(); defer d.mu.RUnlock(); return len(d.objs) }
 
 // ActualStateOfWorld remembers the requests the agent has answered until the

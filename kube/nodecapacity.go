@@ -34,6 +34,9 @@ type StorageCapacity struct {
 	// a provisioner never sends one (an agent of the original design would
 	// never answer it, google/lvmd has no resize).
 	Grow bool `json:"grow,omitempty"`
+	// LvmdUnreachable: the agent has not reached lvmd for a while; Free is
+	// then 0, as nothing can be made here until lvmd is back.
+	LvmdUnreachable bool `json:"lvmdUnreachable,omitempty"`
 }
 
 // EncodeStorageTopology renders entries as the annotation's value, sorted

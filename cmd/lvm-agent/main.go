@@ -200,9 +200,10 @@ func run(o options) error {
 		nodeCapacity.Copies = devices != nil
 		nodeCapacity.Grows = o.backend == "topolvm"
 		nodeCapacity.MinChange = o.capacityMinChange
-		capacity.OnChange = nodeCapacity.Update
+		capacity.OnChange, capacity.OnLost = nodeCapacity.Update, nodeCapacity.Lost
 		go nodeCapacity.Run(ctx)
 	}
+	capacity.OnBack = a.Resume
 	go capacity.Run(ctx)
 	if o.metricsAddress != "" {
 		if err := serveMetrics(ctx, o.metricsAddress, reg, func() error {

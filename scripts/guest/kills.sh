@@ -6,6 +6,11 @@
 # then provisions at once, no Pod needed), and 3 s later the fault:
 #   agent           kill -9 of the agent's process (kubelet restarts it)
 #   lvmd            kill -9 of the lvmd sidecar's process (the same)
+#   lvmd-away       lvmd kept away for 60 s (killed again each time kubelet
+#                   starts it; kubelet's crash-loop backoff may keep it away
+#                   longer): the Node capacity annotation and the agent's
+#                   lvm_agent_lvmd_reachable must say so meanwhile, and no
+#                   request may end failed
 #   kubelet         kill -9, started again (cluster.sh restart: the service
 #   containerd      kill -9, started again  manager's Restart= on a node)
 #   kube-apiserver  SIGTERM, started again (an upgrade's restart)
@@ -34,10 +39,29 @@ kill9() {
   [ $killed -ge 1 ]
 }
 
+# lvmd_away SECONDS: no lvmd for SECONDS; each look asks the Node's
+# capacity annotation and the agent's metric (at its Pod's IP) whether
+# they say so. Its commands never fail (node.sh's ERR trap).
+lvmd_away() {
+  local end=$((SECONDS + $1)) p ip said=no metric=no
+  ip=$(kubectl -n lvm-agent get pods -l app.kubernetes.io/name=lvm-agent -o jsonpath='{.items[0].status.podIP}')
+  while [ $SECONDS -lt $end ]; do
+    for p in $(pids lvmd); do kill -9 "$p" 2>/dev/null || true; done
+    kubectl get node "$(hostname)" -o jsonpath='{.metadata.annotations.csi\.alibabacloud\.com/storage-topology}' 2>/dev/null |
+      grep -q '"lvmdUnreachable":true' && said=yes
+    wget -q -O - "http://$ip:8495/metrics" 2>/dev/null |
+      grep -qx 'lvm_agent_lvmd_reachable 0' && metric=yes
+    sleep 2
+  done
+  echo "lvmd away ${1} s: Node capacity annotation said lvmdUnreachable: $said; lvm_agent_lvmd_reachable 0: $metric"
+  [ $said = yes ] && [ $metric = yes ]
+}
+
 fault() {
   case $1 in
     agent) kill9 lvm-agent --lvmd-socket= ;;
     lvmd) kill9 lvmd ;;
+    lvmd-away) lvmd_away 60 ;;
     kubelet | containerd) cluster.sh restart "$1" KILL ;;
     kube-apiserver) cluster.sh restart kube-apiserver TERM ;;
   esac
@@ -142,7 +166,7 @@ node_kills() {
   audit 20
   echo "audit: $audit_row (lost duplicated orphaned open failed foreign)"
   [ "$audit_row" = "0 0 0 0 0 0" ]
-  for f in agent lvmd kubelet containerd kube-apiserver; do
+  for f in agent lvmd lvmd-away kubelet containerd kube-apiserver; do
     step "Fault: $f, during 20 creates (round $f) and 20 deletes (round $prev)"
     burst_yaml "$f" | kubectl apply -f - >/dev/null
     delete_round "$prev"
