@@ -8,8 +8,9 @@
 # init, nothing of the test's) and every synced record intact
 # (scripts/guest/powercut.sh). The disk is removed at the end. Then the
 # one-node cluster of make demo (scripts/vm/node.sh --mode faults): the
-# agent, lvmd, kubelet, containerd and kube-apiserver each killed during a
-# burst of 20 creates and 20 deletes, the node audited after each
+# agent, lvmd, kubelet, containerd and kube-apiserver each killed (and
+# lvmd kept away for 60 s) during a burst of 20 creates and 20 deletes, the
+# node audited after each
 # (scripts/guest/kills.sh).
 #
 #   scripts/vm/faults.sh [--timeout SECONDS]
