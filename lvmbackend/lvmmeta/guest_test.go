@@ -139,22 +139,20 @@ func TestGuestWrappedMetadata(t *testing.T) {
 	dm := openDM(t)
 	const vgName = "metawrap"
 	// A small metadata area (pvcreate rounds it up to the data
-	// alignment): a dozen commits go once around the ring.
+	// alignment; 60928 bytes of ring): with 20 long tags a text is about
+	// 2.6 KB, so each pass around the ring is some 23 texts, and the one
+	// that reaches its end is split there (Wrapped). Each text is read.
 	devs := newVG(t, vgName, 1, 64<<20, "--dataalignment", "64k", "--metadatasize", "32k")
 	lvm(t, "lvcreate", "-y", "-an", "-Zn", "-L", "4m", "-n", "tagged", vgName)
 	rd := lvmmeta.NewReader(lvmmeta.Limits{})
-	commits := 200
+	commits := 80 // 140 texts: about 6 passes (200 commits, read after every second text, saw 5 split)
 	if s := os.Getenv("LVMMETA_WRAP_COMMITS"); s != "" {
 		commits, _ = strconv.Atoi(s)
 	}
 	wraps := 0
 	wasWrapped := false
-	for i := 0; i < commits; i++ {
-		// A long tag grows the text, so that the ring wraps sooner.
-		lvm(t, "lvchange", "--addtag", "commit-"+strconv.Itoa(i)+"-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", vgName+"/tagged")
-		if i >= 20 {
-			lvm(t, "lvchange", "--deltag", "commit-"+strconv.Itoa(i-20)+"-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", vgName+"/tagged")
-		}
+	// read looks at each committed text; a split one is compared with lvs.
+	read := func(i int) {
 		st, err := rd.Scan(context.Background(), devs)
 		require.NoError(t, err, "after commit %d", i)
 		if w := st.PVs[0].Wrapped; w && !wasWrapped {
@@ -165,6 +163,15 @@ func TestGuestWrappedMetadata(t *testing.T) {
 			vg, err := st.VG(vgName)
 			require.NoError(t, err)
 			compare(t, dm, vg, report(t, vgName))
+		}
+	}
+	for i := 0; i < commits; i++ {
+		// A long tag grows the text, so that the ring wraps sooner.
+		lvm(t, "lvchange", "--addtag", "commit-"+strconv.Itoa(i)+"-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", vgName+"/tagged")
+		read(i)
+		if i >= 20 {
+			lvm(t, "lvchange", "--deltag", "commit-"+strconv.Itoa(i-20)+"-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", vgName+"/tagged")
+			read(i)
 		}
 	}
 	st, err := rd.Scan(context.Background(), devs)

@@ -283,6 +283,9 @@ evictionHard: {memory.available: 50Mi, nodefs.available: 1%, imagefs.available: 
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
+# KUBELET_SYNC_FREQUENCY: how often kubelet syncs each Pod (its default 1m);
+# an online grow's filesystem is grown at that sync (node.sh sets it).
+syncFrequency: ${KUBELET_SYNC_FREQUENCY:-1m}
 EOF
   daemon kubelet kubelet --config "$DIR/kubelet.yaml" --kubeconfig "$PKI/kubelet.conf" \
     --node-ip "$NODE_IP" --hostname-override "$NODE"
