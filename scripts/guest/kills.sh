@@ -166,7 +166,7 @@ node_kills() {
   audit 20
   echo "audit: $audit_row (lost duplicated orphaned open failed foreign)"
   [ "$audit_row" = "0 0 0 0 0 0" ]
-  for f in agent lvmd lvmd-away kubelet containerd kube-apiserver; do
+  for f in ${faults//,/ }; do
     step "Fault: $f, during 20 creates (round $f) and 20 deletes (round $prev)"
     burst_yaml "$f" | kubectl apply -f - >/dev/null
     delete_round "$prev"

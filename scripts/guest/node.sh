@@ -33,15 +33,17 @@
 #          these of create,grow,clone (comma-separated).
 #
 #   faults (`make test-faults`) after the install: kills of the agent, lvmd,
-#          kubelet, containerd and kube-apiserver, each during a burst of
-#          20 creates and 20 deletes, each round audited (kills.sh).
+#          kubelet, containerd and kube-apiserver, and lvmd kept away for
+#          60 s, each during a burst of 20 creates and 20 deletes, each
+#          round audited (kills.sh). --faults LIST: only these of
+#          agent,lvmd,lvmd-away,kubelet,containerd,kube-apiserver.
 #
 #   peers  (`make bench-peers`) after the cluster and vg1: lvm-agent beside
 #          TopoLVM (scripts/guest/peers.sh, which installs both; --peers
 #          ARGS: its arguments, one string).
 #
 #   node.sh [--bin DIR] [--mode demo|full|bench|faults|peers] [--runs N] [--bench LIST]
-#           [--install kustomize|helm] [--vg-device DEV] [--peers ARGS]
+#           [--install kustomize|helm] [--vg-device DEV] [--peers ARGS] [--faults LIST]
 #       DIR: guest-files.sh's binaries, images/, deploy/ and charts/ (/opt/lvm-agent)
 #       DEV: the node's disk for vg1 (scripts/vm/node.sh and test.sh attach a
 #       sparse file of the host as /dev/vda); without it, a sparse loop file
@@ -53,8 +55,8 @@
 set -Eeuo pipefail # -E: the ERR trap (dump) fires in functions too
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-bin=/opt/lvm-agent mode=full runs=5 benches=create,grow,clone install=kustomize vg_device='' peers=''
-usage() { sed -n '2,52s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2; }
+bin=/opt/lvm-agent mode=full runs=5 benches=create,grow,clone install=kustomize vg_device='' peers='' faults=agent,lvmd,lvmd-away,kubelet,containerd,kube-apiserver
+usage() { sed -n '2,54s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
     --bin) bin=$2; shift 2 ;;
@@ -64,6 +66,7 @@ while [ $# -gt 0 ]; do
     --install) install=$2; shift 2 ;;
     --vg-device) vg_device=$2; shift 2 ;;
     --peers) peers=$2; shift 2 ;;
+    --faults) faults=$2; shift 2 ;;
     *) usage ;;
   esac
 done
