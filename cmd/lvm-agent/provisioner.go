@@ -46,7 +46,11 @@ func provisionerMain(args []string) int {
 	fs.StringVar(&o.namespace, "namespace", firstEnv("POD_NAMESPACE", "LVM_AGENT_NAMESPACE"), "namespace of the Lease and the CSIStorageCapacity objects (default from $POD_NAMESPACE; required)")
 	fs.Float64Var(&o.qps, "kube-api-qps", 50, "API server queries per second")
 	fs.IntVar(&o.burst, "kube-api-burst", 100, "API server burst")
-	fs.IntVar(&o.workers, "workers", controller.DefaultThreadiness, "claims and volumes handled in parallel")
+	// Each attempt holds its worker while it waits for the agent's answer
+	// (up to --timeout): with the library's 4, a claim already answered
+	// waited for a worker behind claims still waiting (BenchmarkPVCBurst).
+	// csi-provisioner's --worker-threads is 100 for the same reason.
+	fs.IntVar(&o.workers, "workers", 100, "claims and volumes handled in parallel (each waits for its agent's answer while it holds its worker)")
 	fs.DurationVar(&o.timeout, "timeout", time.Minute, "how long one attempt waits for the agent's answer; then provisioning continues in the background (the agent's create is idempotent)")
 	fs.BoolVar(&o.leaderElection, "leader-election", true, "run only while holding the Lease, so that replicas never both act")
 	fs.DurationVar(&o.leaseDuration, "leader-election-lease-duration", controller.DefaultLeaseDuration, "how long a standby waits before taking over a Lease that is not renewed")

@@ -3,6 +3,8 @@ package provisioning
 import (
 	"context"
 	"fmt"
+	"maps"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -73,4 +75,70 @@ func untilBound(b *testing.B, w watch.Interface) {
 			b.Fatalf("claim not bound in %v", timeout)
 		}
 	}
+}
+
+// BenchmarkPVCBurst: 20 claims, each with a Pod, created at once on a node
+// of their own whose lvmd takes 6 s per create (BURST_LVMD_LATENCY), one at
+// a time (LVM's lock on the VG), so the k-th claim cannot be Bound before
+// about k x 6 s; four creates queued at lvmd then outlast one attempt of
+// this provisioner (--timeout 20s), as on a loaded node. It prints each
+// claim's wait, created -> Bound, in order, beside that floor, and the
+// median.
+//
+//	make bench-provision   (... -bench PVCBurst -benchtime 1x ./integration/provisioning)
+func BenchmarkPVCBurst(b *testing.B) {
+	const n = 20
+	latency := 6 * time.Second
+	if s := os.Getenv("BURST_LVMD_LATENCY"); s != "" {
+		var err error
+		if latency, err = time.ParseDuration(s); err != nil {
+			b.Fatal(err)
+		}
+	}
+	storageClass(b, "burst", storagev1.VolumeBindingWaitForFirstConsumer, corev1.PersistentVolumeReclaimDelete, map[string]string{"volumeGroup": "vg1"})
+	ns := newNamespace(b)
+	bn := startNode(b, "burst", 100<<30, "64", "256Gi") // CPU for 20 Pods of 1 CPU
+	for i := 0; b.Loop(); i++ {
+		bn.lvm.SetLatency(latency)
+		w, err := cluster.Client.CoreV1().PersistentVolumeClaims(ns).Watch(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		for j := range n {
+			claimAndPod(b, ns, fmt.Sprintf("b%d-%d", i, j), "burst", "2Gi", corev1.PersistentVolumeFilesystem, map[string]string{corev1.LabelHostname: bn.name})
+		}
+		bound := map[string]time.Duration{}
+		deadline := time.After(n*latency + 3*time.Minute)
+		for len(bound) < n {
+			select {
+			case ev := <-w.ResultChan():
+				if c, ok := ev.Object.(*corev1.PersistentVolumeClaim); ok && c.Status.Phase == corev1.ClaimBound {
+					if _, seen := bound[c.Name]; !seen {
+						bound[c.Name] = time.Since(start)
+					}
+				}
+			case <-deadline:
+				b.Fatalf("%d of %d claims bound in time\nprovisioner:\n%s\nagent of node %s:\n%s\nkube-scheduler:\n%s", len(bound), n,
+					prov.Output(), bn.name, bn.agent.Output(), cluster.Scheduler.Output())
+			}
+		}
+		w.Stop()
+		b.StopTimer()
+		took := slices.Sorted(maps.Values(bound))
+		for k, d := range took {
+			fmt.Printf("burst %d: claim %2d bound after %6.1f s (lvmd's floor %4.0f s)\n", i, k+1, d.Seconds(), float64(k+1)*latency.Seconds())
+		}
+		fmt.Printf("burst %d: %d claims, fake lvmd %v per create: median %.1f s (floor %.1f s), last %.1f s\n", i, n, latency,
+			(took[n/2-1]+took[n/2]).Seconds()/2, float64(n+1)/2*latency.Seconds(), took[n-1].Seconds())
+		bn.lvm.SetLatency(0)
+		for j := range n {
+			name := fmt.Sprintf("b%d-%d", i, j)
+			_, pv := waitBound(b, ns, name)
+			deleteClaim(b, ns, name)
+			defer pvGone(b, pv.Name)
+		}
+		b.StartTimer()
+	}
+	b.ReportMetric(0, "ns/op")
 }

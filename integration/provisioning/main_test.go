@@ -38,8 +38,9 @@ var (
 
 // node is a Node object with a real agent and its fake lvmd.
 type node struct {
-	name string
-	lvm  *lvmdfake.LVM
+	name  string
+	lvm   *lvmdfake.LVM
+	agent *harness.Process
 }
 
 func TestMain(m *testing.M) { os.Exit(run(m)) }
@@ -89,7 +90,7 @@ func startNodeNamed(t harness.TB, name, hostname string, vgBytes uint64, cpu, me
 	}
 	n := &node{name: name, lvm: lvmdfake.NewLVM(lvmdfake.Class{Name: "vg1", SizeBytes: vgBytes})}
 	_, socket := harness.ServeLVMD(t, n.lvm)
-	harness.StartAgent(t, agentBin, "--node-name", name, "--kubeconfig", cluster.Kubeconfig, "--lvmd-socket", socket,
+	n.agent = harness.StartAgent(t, agentBin, "--node-name", name, "--kubeconfig", cluster.Kubeconfig, "--lvmd-socket", socket,
 		"--metrics-address", "", "--v", "2")
 	return n
 }
