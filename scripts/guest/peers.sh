@@ -5,7 +5,8 @@
 # and one table with lvm-agent ÷ TopoLVM on every row (docs/bench-peers.md).
 #
 #   peers.sh [--bin DIR] [--runs N] [--burst N] [--grows N] [--rounds N]
-#            [--idle SECONDS] [--vg2-device DEV] [--fs ext4|xfs] [--size SIZE]
+#            [--idle SECONDS] [--burst-deadline SECONDS] [--vg2-device DEV]
+#            [--fs ext4|xfs] [--size SIZE]
 #     DIR      guest-files.sh's binaries, images/ and deploy/ (/opt/lvm-agent), and
 #              peer-images/ (scripts/peers/topolvm-build.sh) and peers/topolvm.yaml
 #              (scripts/peers/topolvm-render.sh)
@@ -14,7 +15,10 @@
 #              --burst: PVCs with a Pod each in one apply (20); --grows: PVCs grown
 #              (3); --rounds: rounds, each stack once per round, the first stack
 #              alternating (2)
-#     SECONDS  each idle window, for the rates at rest (60)
+#     SECONDS  --idle: each idle window, for the rates at rest (60);
+#              --burst-deadline: how long a burst's Pods may take to be all
+#              Running (1200); past it the burst row says n/a for that stack
+#              and the bench goes on
 #     DEV      TopoLVM's VG vg2 on this disk (else a 2 GiB sparse loop file)
 #     --fs     both stacks' file system (ext4, deploy/examples' lvm-thick); --size
 #              each PVC's request (64Mi; xfs needs 300Mi or more), grown to twice it
@@ -30,8 +34,8 @@
 set -Eeuo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-bin=/opt/lvm-agent runs=5 burst=20 grows=3 rounds=2 idle=60 vg2_device='' fs=ext4 size=64Mi
-usage() { sed -n '2,28s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2; }
+bin=/opt/lvm-agent runs=5 burst=20 grows=3 rounds=2 idle=60 burst_deadline=1200 vg2_device='' fs=ext4 size=64Mi
+usage() { sed -n '2,32s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
     --bin) bin=$2; shift 2 ;;
@@ -40,6 +44,7 @@ while [ $# -gt 0 ]; do
     --grows) grows=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --idle) idle=$2; shift 2 ;;
+    --burst-deadline) burst_deadline=$2; shift 2 ;;
     --vg2-device) vg2_device=$2; shift 2 ;;
     --fs) fs=$2; shift 2 ;;
     --size) size=$2; shift 2 ;;
@@ -115,11 +120,13 @@ spec:
   volumes: [{name: data, persistentVolumeClaim: {claimName: $1}}]
 YAML
 }
-# lv_path CLAIM STACK: the claim's LV on the node. lvm-agent's `local` PV
-# names the device; TopoLVM's LV is named by the CSI volume handle, in vg2.
+# lv_path CLAIM STACK: the claim's LV on the node (nothing for a claim not
+# bound). lvm-agent's `local` PV names the device; TopoLVM's LV is named by
+# the CSI volume handle, in vg2.
 lv_path() {
   local pv
   pv=$(kubectl get pvc "$1" -o jsonpath='{.spec.volumeName}')
+  [ -n "$pv" ] || return 0
   case $2 in
     lvm-agent) kubectl get pv "$pv" -o jsonpath='{.spec.local.path}' ;;
     topolvm) echo "/dev/vg2/$(kubectl get pv "$pv" -o jsonpath='{.spec.csi.volumeHandle}')" ;;
@@ -255,19 +262,44 @@ seq_runs() { # PVC+Pod -> Running, one at a time; then each deleted -> its LV go
   done
   echo "peers: $s round $r: $runs volumes one at a time ($((SECONDS - t0)) s)"
 }
+# running STACK: how many of STACK's bench Pods are Running (never fails).
+running() { kubectl get pods -l "bench=peers,stack=$1" -o jsonpath='{range .items[*]}{.status.phase}{"\n"}{end}' 2>/dev/null | grep -c '^Running$' || true; }
+# diagnose STACK SECONDS: STACK's pods, the bench's claims and Pods, the
+# cluster's last events, and each of STACK's containers' log of the last
+# SECONDS (and of its previous instance, if it restarted): where a burst's
+# time went.
+diagnose() {
+  local ns=${NS[$1]} p c
+  kubectl -n "$ns" get pods -o wide
+  kubectl get pvc,pods -l "bench=peers,stack=$1" -o wide
+  kubectl get events -A --sort-by=.lastTimestamp | tail -n 100
+  for p in $(kubectl -n "$ns" get pods -o name); do
+    for c in $(kubectl -n "$ns" get "$p" -o jsonpath='{.spec.containers[*].name}'); do
+      echo "--- $p $c: the last $2 s"
+      kubectl -n "$ns" logs "$p" -c "$c" --since="$2s" --tail=400 || true
+      kubectl -n "$ns" logs "$p" -c "$c" --previous --tail=50 2>/dev/null | sed 's/^/previous: /' || true
+    done
+  done
+}
 burst_run() { # $burst PVC+Pods in one apply -> all Running; all deleted -> all LVs gone
-  local s=$1 r=$2 j sampler dirs lvs=() pvs=()
+  local s=$1 r=$2 j sampler dirs lvs=() pvs=() t end up=0 lv
   for j in $(seq 1 "$burst"); do pvc_yaml "$s-r$r-b$j" "$s"; pod_yaml "$s-r$r-b$j" "$s"; done >"$w/burst.yaml"
   mapfile -t dirs < <(pod_dirs "$s" | awk '{ print $2 }')
   footprint_sampler "$w/snap/$s.r$r.burst.rss" "${dirs[@]}" &
   sampler=$!
   echo "$EPOCHREALTIME burst-apply $s-r$r" >>"$w/marks.log"
+  t=$SECONDS end=$((SECONDS + burst_deadline))
   kubectl apply -f "$w/burst.yaml" >/dev/null
-  for j in $(seq 1 "$burst"); do
-    kubectl wait --for=jsonpath='{.status.phase}'=Running "pod/$s-r$r-b$j" --timeout=900s >/dev/null
-  done
+  # (A look every 15 s: a kubectl costs about a CPU-second under TCG; the rows
+  # read the watches, not these looks.)
+  while up=$(running "$s") && [ "$up" -lt "$burst" ] && [ $SECONDS -lt $end ]; do nap 15; done
   kill "$sampler" 2>/dev/null || true
-  for j in $(seq 1 "$burst"); do lvs+=("$s-r$r-b$j=$(lv_path "$s-r$r-b$j" "$s")"); done
+  [ "$up" -ge "$burst" ] || echo "peers: $s round $r: $up of $burst Pods Running within $burst_deadline s: its burst rows say n/a"
+  diagnose "$s" $((SECONDS - t + 10)) >"$w/diag-$s-r$r.txt" 2>&1 || true
+  for j in $(seq 1 "$burst"); do
+    lv=$(lv_path "$s-r$r-b$j" "$s")
+    [ -z "$lv" ] || lvs+=("$s-r$r-b$j=$lv")
+  done
   mapfile -t pvs < <(kubectl get pvc -l "bench=peers,stack=$s" -o jsonpath='{range .items[*]}pv/{.spec.volumeName}{"\n"}{end}')
   echo "$EPOCHREALTIME burst-delete $s-r$r" >>"$w/marks.log"
   kubectl delete pod,pvc -l "bench=peers,stack=$s" --wait=false >/dev/null
