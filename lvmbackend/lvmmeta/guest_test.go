@@ -145,7 +145,7 @@ func TestGuestWrappedMetadata(t *testing.T) {
 	devs := newVG(t, vgName, 1, 64<<20, "--dataalignment", "64k", "--metadatasize", "32k")
 	lvm(t, "lvcreate", "-y", "-an", "-Zn", "-L", "4m", "-n", "tagged", vgName)
 	rd := lvmmeta.NewReader(lvmmeta.Limits{})
-	commits := 80 // 140 texts: about 6 passes (200 commits, read after every second text, saw 5 split)
+	commits := 80 // 142 texts, 5 of them split (200 commits, read after every second text, saw 5 too)
 	if s := os.Getenv("LVMMETA_WRAP_COMMITS"); s != "" {
 		commits, _ = strconv.Atoi(s)
 	}
