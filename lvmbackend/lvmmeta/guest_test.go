@@ -139,9 +139,9 @@ func TestGuestWrappedMetadata(t *testing.T) {
 	dm := openDM(t)
 	const vgName = "metawrap"
 	// A small metadata area (pvcreate rounds it up to the data
-	// alignment; 60928 bytes of ring): with 20 long tags a text is about
-	// 2.6 KB, so each pass around the ring is some 23 texts, and the one
-	// that reaches its end is split there (Wrapped). Each text is read.
+	// alignment; 60928 bytes of ring) and long tags: a few dozen texts go
+	// once around the ring, and a text that reaches its end is split there
+	// (Wrapped). Each text is read.
 	devs := newVG(t, vgName, 1, 64<<20, "--dataalignment", "64k", "--metadatasize", "32k")
 	lvm(t, "lvcreate", "-y", "-an", "-Zn", "-L", "4m", "-n", "tagged", vgName)
 	rd := lvmmeta.NewReader(lvmmeta.Limits{})
