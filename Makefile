@@ -114,8 +114,9 @@ bench-cluster:
 # a claim's request raised -> its new capacity (the resizer, the agent); and
 # a burst of 20 claims on one node whose fake lvmd takes 6 s per create.
 bench-provision:
-	KUBEBUILDER_ASSETS=$$(scripts/kube-assets.sh kube-scheduler kube-controller-manager) go test -count=1 -run '^$$' -bench 'PVCBound|PVCGrow' -benchtime 20x ./integration/provisioning
-	KUBEBUILDER_ASSETS=$$(scripts/kube-assets.sh kube-scheduler kube-controller-manager) go test -count=1 -run '^$$' -bench 'PVCBurst' -benchtime 1x ./integration/provisioning
+	export KUBEBUILDER_ASSETS=$$(scripts/kube-assets.sh kube-scheduler kube-controller-manager) && \
+	go test -count=1 -run '^$$' -bench 'PVCBound|PVCGrow' -benchtime 20x ./integration/provisioning && \
+	go test -count=1 -run '^$$' -bench 'PVCBurst' -benchtime 1x ./integration/provisioning
 
 # Faults: 500 volumes in overlapping waves under agent kills, lvmd outages
 # and API server restarts; SEED=N replays a run.

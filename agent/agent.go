@@ -160,7 +160,7 @@ func (a *Agent) Run(ctx context.Context, grace time.Duration) error {
 func (a *Agent) Resume() {
 	keys := a.DSW.Keys()
 	if len(keys) > 0 {
-		klog.InfoS("lvmd is back; retrying the open requests now", "requests", len(keys))
+		klog.InfoS("lvmd answers; retrying the open requests now", "requests", len(keys))
 	}
 	for _, k := range keys {
 		a.queue.Forget(k)

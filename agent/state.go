@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -106,18 +108,14 @@ func (d *DesiredStateOfWorld) get(k Key) (runtime.Object, time.Time) {
 	return r.obj, r.seen
 }
 
-// Len is the number of open requests.
 // Keys lists the open requests.
 func (d *DesiredStateOfWorld) Keys() []Key {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
-	keys := make([]Key, 0, len(d.objs))
-	for k := range d.objs {
-		keys = append(keys, k)
-	}
-	return keys
+	return slices.Collect(maps.Keys(d.objs))
 }
 
+// Len is the number of open requests.
 func (d *DesiredStateOfWorld) Len() int { d.mu.RLock(); defer d.mu.RUnlock(); return len(d.objs) }
 
 // ActualStateOfWorld remembers the requests the agent has answered until the

@@ -109,13 +109,14 @@ func BenchmarkPVCBurst(b *testing.B) {
 			claimAndPod(b, ns, fmt.Sprintf("b%d-%d", i, j), "burst", "2Gi", corev1.PersistentVolumeFilesystem, map[string]string{corev1.LabelHostname: bn.name})
 		}
 		bound := map[string]time.Duration{}
+		pvs := map[string]string{} // claim -> its PV
 		deadline := time.After(n*latency + 3*time.Minute)
 		for len(bound) < n {
 			select {
 			case ev := <-w.ResultChan():
 				if c, ok := ev.Object.(*corev1.PersistentVolumeClaim); ok && c.Status.Phase == corev1.ClaimBound {
 					if _, seen := bound[c.Name]; !seen {
-						bound[c.Name] = time.Since(start)
+						bound[c.Name], pvs[c.Name] = time.Since(start), c.Spec.VolumeName
 					}
 				}
 			case <-deadline:
@@ -132,11 +133,11 @@ func BenchmarkPVCBurst(b *testing.B) {
 		fmt.Printf("burst %d: %d claims, fake lvmd %v per create: median %.1f s (floor %.1f s), last %.1f s\n", i, n, latency,
 			(took[n/2-1]+took[n/2]).Seconds()/2, float64(n+1)/2*latency.Seconds(), took[n-1].Seconds())
 		bn.lvm.SetLatency(0)
-		for j := range n {
-			name := fmt.Sprintf("b%d-%d", i, j)
-			_, pv := waitBound(b, ns, name)
+		for name := range pvs {
 			deleteClaim(b, ns, name)
-			defer pvGone(b, pv.Name)
+		}
+		for _, pv := range pvs {
+			pvGone(b, pv)
 		}
 		b.StartTimer()
 	}

@@ -43,10 +43,10 @@ kill9() {
 # capacity annotation and the agent's metric (at its Pod's IP) whether
 # they say so. Its commands never fail (node.sh's ERR trap).
 lvmd_away() {
-  local end=$((SECONDS + $1)) p ip said=no metric=no
+  local end=$((SECONDS + $1)) ip said=no metric=no
   ip=$(kubectl -n lvm-agent get pods -l app.kubernetes.io/name=lvm-agent -o jsonpath='{.items[0].status.podIP}')
   while [ $SECONDS -lt $end ]; do
-    for p in $(pids lvmd); do kill -9 "$p" 2>/dev/null || true; done
+    kill9 lvmd >/dev/null || true # none between kubelet's restarts
     kubectl get node "$(hostname)" -o jsonpath='{.metadata.annotations.csi\.alibabacloud\.com/storage-topology}' 2>/dev/null |
       grep -q '"lvmdUnreachable":true' && said=yes
     wget -q -O - "http://$ip:8495/metrics" 2>/dev/null |

@@ -318,10 +318,13 @@ show lvm lvs vg1
 # kubelet grows a filesystem online at its next sync of the Pod, every
 # minute by default: 85% of a grow's time (docs/operations.md). The stories
 # sync every 10 s; the benches keep kubelet's default, as users run it.
-sync_note="kubelet syncs each Pod every minute (its default): an online grow's filesystem is grown at that sync."
-case $mode in bench | peers) ;; *) export KUBELET_SYNC_FREQUENCY=10s sync_note=${sync_note/every minute (its default)/every 10 s (its default: every minute)} ;; esac
+case $mode in
+  bench | peers) sync='every minute (its default)' ;;
+  *) export KUBELET_SYNC_FREQUENCY=10s sync='every 10 s (its default: every minute)' ;;
+esac
 step "A one-node Kubernetes cluster, every part real" \
-  "etcd, kube-apiserver, controller-manager, scheduler, containerd, kubelet, kube-proxy (scripts/guest/cluster.sh)." "$sync_note"
+  "etcd, kube-apiserver, controller-manager, scheduler, containerd, kubelet, kube-proxy (scripts/guest/cluster.sh)." \
+  "kubelet syncs each Pod $sync: an online grow's filesystem is grown at that sync."
 cluster.sh --bin "$bin" up
 show kubectl get nodes -o wide
 
