@@ -78,6 +78,30 @@ func provisionerMain(args []string) int {
 	return 0
 }
 
+// controllerOptions: how the library's controller runs our provisioner.
+func controllerOptions(o provisionerOptions) []func(*controller.ProvisionController) error {
+	return []func(*controller.ProvisionController) error{
+		controller.LeaderElection(false), // ours, below: one Lease for the claims and the capacity objects
+		controller.Threadiness(o.workers),
+		controller.AddFinalizer(true),
+		// Save the PV of a created LV until the API server takes it, at
+		// most a minute apart. With the library's default (5 tries, 10 s
+		// apart) it gives up and calls Delete with a PV that was never
+		// saved: our Delete reads that PV from the API server, finds none,
+		// and the LV would leak once its claim is gone.
+		controller.CreateProvisionedPVLimiter(workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, time.Minute)),
+		// Retry a claim or a volume until it is done, with the library's
+		// backoff (15 s doubling to 1000 s), as csi-provisioner does. With
+		// the library's default (15 failures) a claim whose agent had not
+		// answered 15 attempts, e.g. while lvmd was away, was dropped and
+		// waited for an unrelated update of the claim or the 15-minute
+		// resync (bench-peers run 7, docs/bench-peers.md).
+		controller.FailedProvisionThreshold(0),
+		controller.FailedDeleteThreshold(0),
+		controller.MetricsPort(int32(o.metricsPort)),
+	}
+}
+
 func runProvisioner(o provisionerOptions) error {
 	if o.namespace == "" {
 		return fmt.Errorf("--namespace is required (or set POD_NAMESPACE)")
@@ -98,17 +122,7 @@ func runProvisioner(o provisionerOptions) error {
 		}
 	}
 	p := provisioner.New(client, provisioner.Config{Name: o.name, Timeout: o.timeout, CapacityAnnotation: o.capacityAnnotation})
-	pc := controller.NewProvisionController(ctx, client, o.name, p,
-		controller.LeaderElection(false), // ours, below: one Lease for the claims and the capacity objects
-		controller.Threadiness(o.workers),
-		controller.AddFinalizer(true),
-		// Save the PV of a created LV until the API server takes it, at
-		// most a minute apart. With the library's default (5 tries, 10 s
-		// apart) it gives up and calls Delete with a PV that was never
-		// saved: our Delete reads that PV from the API server, finds none,
-		// and the LV would leak once its claim is gone.
-		controller.CreateProvisionedPVLimiter(workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, time.Minute)),
-		controller.MetricsPort(int32(o.metricsPort)))
+	pc := controller.NewProvisionController(ctx, client, o.name, p, controllerOptions(o)...)
 	run := func(ctx context.Context) {
 		klog.InfoS("Starting lvm-agent provisioner", "name", o.name, "publishCapacity", o.publishCapacity, "resize", o.resize)
 		if o.publishCapacity {
