@@ -18,10 +18,13 @@ import (
 
 // slowAgent fails its first attempts as our provisioner does while the
 // node's agent has not answered, then provisions.
-type slowAgent struct{ failures, calls atomic.Int32 }
+type slowAgent struct {
+	failures int32 // set before the controller runs
+	calls    atomic.Int32
+}
 
 func (s *slowAgent) Provision(_ context.Context, opts controller.ProvisionOptions) (*v1.PersistentVolume, controller.ProvisioningState, error) {
-	if s.calls.Add(1) <= s.failures.Load() {
+	if s.calls.Add(1) <= s.failures {
 		return nil, controller.ProvisioningInBackground, errors.New("no answer before the deadline")
 	}
 	return &v1.PersistentVolume{
@@ -54,8 +57,7 @@ func TestClaimRetriedPastTheLibrarysThreshold(t *testing.T) {
 		},
 	}
 	client := fake.NewClientset(class, claim)
-	agent := &slowAgent{}
-	agent.failures.Store(20)
+	agent := &slowAgent{failures: 20}
 	// The options runProvisioner uses, with a backoff of milliseconds
 	// instead of the library's 15 s so that 20 failures take no time.
 	opts := append(controllerOptions(provisionerOptions{workers: 1}),
