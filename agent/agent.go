@@ -38,7 +38,9 @@ type Config struct {
 	// the original agent, which tagged nothing).
 	AllowUntagged bool
 	Workers       int
-	// OpTimeout bounds one lvmd call.
+	// LVMDCalls bounds the calls into lvmd at once (DefaultLVMDCalls).
+	LVMDCalls int
+	// OpTimeout bounds one lvmd call (its wait for a turn included).
 	OpTimeout time.Duration
 	// Devices, when not nil, cross-checks LVs with the kernel's device-mapper.
 	Devices *Devices
@@ -83,6 +85,10 @@ func New(cfg Config, client kubernetes.Interface, backend lvmbackend.Backend, re
 	if cfg.OpTimeout <= 0 {
 		cfg.OpTimeout = 2 * time.Minute
 	}
+	if cfg.LVMDCalls <= 0 {
+		cfg.LVMDCalls = DefaultLVMDCalls
+	}
+	backend = limitLVMDCalls(backend, cfg.LVMDCalls)
 	if cfg.openCounts == nil && cfg.Devices != nil {
 		cfg.openCounts = cfg.Devices
 	}

@@ -53,7 +53,7 @@ type options struct {
 	labellerLease                        string
 	relistSpread                         time.Duration
 	contentType                          string
-	workers                              int
+	workers, lvmdCalls                   int
 	allowUntagged                        bool
 	opTimeout, grace                     time.Duration
 	metricsAddress                       string
@@ -87,7 +87,8 @@ func agentMain(args []string) int {
 	fs.DurationVar(&o.sweepInterval, "sweep-interval", 30*time.Minute, "hybrid mode: list all unlabelled PVCs/PVs at start and then this often, while the labeller's Lease is held, for requests it has not labelled (0: only at start)")
 	fs.DurationVar(&o.relistSpread, "relist-spread", 10*time.Second, "delay each re-list of PVCs/PVs (after a watch that cannot resume, as when an API server restarts), and the hybrid mode's first list of the unlabelled ones, by a random time up to this, so that the agents of a cluster do not all list at once (0: off; the informers' first lists, which readiness waits for, are never delayed)")
 	fs.StringVar(&o.contentType, "kube-api-content-type", "application/vnd.kubernetes.protobuf", "content type of API requests and responses (protobuf is about a third of JSON's bytes and cheaper to decode)")
-	fs.IntVar(&o.workers, "workers", 8, "requests handled in parallel (lvmd serializes operations per volume group)")
+	fs.IntVar(&o.workers, "workers", 8, "requests handled in parallel")
+	fs.IntVar(&o.lvmdCalls, "lvmd-calls", agent.DefaultLVMDCalls, "calls into lvmd at once (each is lvm commands, and lvm serializes a volume group's writes: more only load the node)")
 	fs.BoolVar(&o.allowUntagged, "allow-untagged-delete", false, "let deletes remove LVs without lvm-agent's ownership tag (volumes made by the original agent)")
 	fs.DurationVar(&o.opTimeout, "op-timeout", 2*time.Minute, "bound on one lvmd call or API write")
 	fs.DurationVar(&o.grace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long in-flight operations may finish")
@@ -163,7 +164,7 @@ func run(o options) error {
 	a, err := agent.New(agent.Config{
 		Node:          node,
 		DeviceClasses: classes, StripedOptionClass: o.stripeClass, AllowUntagged: o.allowUntagged,
-		Workers: o.workers, OpTimeout: o.opTimeout, Devices: devices,
+		Workers: o.workers, LVMDCalls: o.lvmdCalls, OpTimeout: o.opTimeout, Devices: devices,
 	}, client, backend, recorder, inf, metrics)
 	if err != nil {
 		return err
