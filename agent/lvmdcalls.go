@@ -9,12 +9,12 @@ import (
 // DefaultLVMDCalls is how many of the agent's calls into lvmd run at once.
 //
 // topolvm's lvmd runs every call at once, each as lvm commands (a CreateLV
-// is four: vgs twice, lvcreate, lvs), and lvm serializes the writes to a
-// volume group on its lock anyway: calls beyond a couple add only lvm
-// processes that scan the devices and wait. In a burst (bench-peers runs 7
-// and 8: 20 claims, 8 workers, each request a list of two classes and a
-// create) they starved a small node until lvmd's own liveness probe (an
-// exec) timed out and lvmd was restarted, again and again. The workers
+// is several), and lvm serializes the writes to a volume group on its lock
+// anyway: calls beyond a couple add only lvm processes that scan the
+// devices and wait. In bench-peers' bursts (runs 7 and 8: 20 claims, 8
+// workers, each request a list of two classes and a create) the agent's
+// calls timed out and lvmd's liveness probe (an exec) restarted it again
+// and again on the loaded node. The workers
 // stay many: a request also waits for the API server and, for a thick
 // clone, copies data, none of which needs lvmd.
 const DefaultLVMDCalls = 2
