@@ -31,74 +31,43 @@ func limitLVMDCalls(b lvmbackend.Backend, n int) lvmbackend.Backend {
 	return &lvmdCalls{Backend: b, turn: make(chan struct{}, n)}
 }
 
-func (l *lvmdCalls) wait(ctx context.Context) (func(), error) {
+// call runs f once it is a call's turn, or returns ctx's error first.
+func call[T any](l *lvmdCalls, ctx context.Context, f func() (T, error)) (T, error) {
 	select {
 	case l.turn <- struct{}{}:
-		return func() { <-l.turn }, nil
+		defer func() { <-l.turn }()
+		return f()
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		var zero T
+		return zero, ctx.Err()
 	}
 }
 
 func (l *lvmdCalls) GetVolume(ctx context.Context, deviceClass, name string) (*lvmbackend.Volume, error) {
-	done, err := l.wait(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	return l.Backend.GetVolume(ctx, deviceClass, name)
+	return call(l, ctx, func() (*lvmbackend.Volume, error) { return l.Backend.GetVolume(ctx, deviceClass, name) })
 }
 
 func (l *lvmdCalls) ListVolumes(ctx context.Context, deviceClass string) ([]lvmbackend.Volume, error) {
-	done, err := l.wait(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	return l.Backend.ListVolumes(ctx, deviceClass)
+	return call(l, ctx, func() ([]lvmbackend.Volume, error) { return l.Backend.ListVolumes(ctx, deviceClass) })
 }
 
 func (l *lvmdCalls) CreateVolume(ctx context.Context, req lvmbackend.CreateRequest) (*lvmbackend.Volume, error) {
-	done, err := l.wait(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	return l.Backend.CreateVolume(ctx, req)
+	return call(l, ctx, func() (*lvmbackend.Volume, error) { return l.Backend.CreateVolume(ctx, req) })
 }
 
 func (l *lvmdCalls) RemoveVolume(ctx context.Context, deviceClass, name string) error {
-	done, err := l.wait(ctx)
-	if err != nil {
-		return err
-	}
-	defer done()
-	return l.Backend.RemoveVolume(ctx, deviceClass, name)
+	_, err := call(l, ctx, func() (struct{}, error) { return struct{}{}, l.Backend.RemoveVolume(ctx, deviceClass, name) })
+	return err
 }
 
 func (l *lvmdCalls) ResizeVolume(ctx context.Context, deviceClass, name string, sizeBytes int64) (int64, error) {
-	done, err := l.wait(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer done()
-	return l.Backend.ResizeVolume(ctx, deviceClass, name, sizeBytes)
+	return call(l, ctx, func() (int64, error) { return l.Backend.ResizeVolume(ctx, deviceClass, name, sizeBytes) })
 }
 
 func (l *lvmdCalls) SnapshotVolume(ctx context.Context, req lvmbackend.SnapshotRequest) (*lvmbackend.Volume, error) {
-	done, err := l.wait(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	return l.Backend.SnapshotVolume(ctx, req)
+	return call(l, ctx, func() (*lvmbackend.Volume, error) { return l.Backend.SnapshotVolume(ctx, req) })
 }
 
 func (l *lvmdCalls) Capacity(ctx context.Context) ([]lvmbackend.Capacity, error) {
-	done, err := l.wait(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	return l.Backend.Capacity(ctx)
+	return call(l, ctx, func() ([]lvmbackend.Capacity, error) { return l.Backend.Capacity(ctx) })
 }

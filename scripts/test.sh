@@ -47,8 +47,7 @@ export LVM_AGENT_TIMES=$work/times # scripts/times.sh: "STEP<TAB>LABEL<TAB>SECON
 : >"$work/started" # "STEP START"
 t0=$SECONDS
 ncpu=$(nproc)
-# cpu: the host's busy jiffies and all jiffies so far (/proc/stat).
-cpu() { awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t; exit }' /proc/stat; }
+. scripts/guest/cpu.sh # cpu, busy: the host's CPU use during a step
 
 # run STEP COMMAND...: COMMAND with LVM_AGENT_STEP=STEP, timed; its row goes
 # to $work/rows (a file: run also runs in the background).
@@ -61,7 +60,7 @@ run() {
   # Its output also kept: the table's end names a failed step's failures.
   LVM_AGENT_STEP=$step "$@" 2>&1 | tee "$work/$step.out" || rc=$?
   read -r b1 a1 < <(cpu)
-  echo "$step $((start - t0)) $((SECONDS - start)) $(((b1 - b0) * 100 * ncpu / (a1 - a0 > 0 ? a1 - a0 : 1))) $([ $rc -eq 0 ] && echo ok || echo "FAIL($rc)")" >>"$work/rows"
+  echo "$step $((start - t0)) $((SECONDS - start)) $(busy "$b0" "$a0" "$b1" "$a1") $([ $rc -eq 0 ] && echo ok || echo "FAIL($rc)")" >>"$work/rows"
   printf '==> test: %s %s in %d s\n' "$step" "$([ $rc -eq 0 ] && echo passed || echo "FAILED (exit $rc)")" $((SECONDS - start))
   return $rc
 }

@@ -81,23 +81,22 @@ t0=$SECONDS
 # Each step's end also says, on the console, how busy the guest's vCPUs were
 # during it and how many kubectl runs it made (each about a second of vCPU
 # under TCG): where make test's guest time goes.
-# cpu: the guest's busy jiffies and all jiffies so far (/proc/stat).
-cpu() { awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t; exit }' /proc/stat; }
+. "$here/cpu.sh"
 kubectl() { { echo >>"$CLUSTER_DIR/kubectl.runs"; } 2>/dev/null || true; command kubectl "$@"; }
 runs() { { wc -l <"$CLUSTER_DIR/kubectl.runs"; } 2>/dev/null || echo 0; }
 step_title='' step_at=$SECONDS step_runs=0
 read -r step_busy step_all < <(cpu)
 step_time() {
-  local busy all n
-  read -r busy all < <(cpu)
+  local b a n
+  read -r b a < <(cpu)
   n=$(runs)
   if [ -n "$step_title" ]; then
     printf '    (step: %d s, vCPUs %d%% busy, %d kubectl runs)\n' $((SECONDS - step_at)) \
-      $(((busy - step_busy) * 100 * $(nproc) / (all - step_all > 0 ? all - step_all : 1))) $((n - step_runs))
+      "$(busy "$step_busy" "$step_all" "$b" "$a")" $((n - step_runs))
     [ -z "${LVM_AGENT_GUEST_TIMES:-}" ] ||
       printf 'node: %s\t%d\n' "$step_title" $((SECONDS - step_at)) >>"$LVM_AGENT_GUEST_TIMES"
   fi
-  step_title='' step_at=$SECONDS step_busy=$busy step_all=$all step_runs=$n
+  step_title='' step_at=$SECONDS step_busy=$b step_all=$a step_runs=$n
 }
 trap step_time EXIT
 step() {

@@ -24,10 +24,9 @@ if [ -z "${LVM_AGENT_GUEST_TIMES:-}" ] && grep -q ' /share ' /proc/mounts; then
   export LVM_AGENT_GUEST_TIMES=/share/times.tsv
 fi
 log() { echo "test: $*"; }
-# cpu: the guest's busy jiffies and all jiffies so far: how busy its vCPUs
-# were during a part (idle vCPUs are host cores left to the host).
-cpu() { awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t; exit }' /proc/stat; }
-ncpu=$(nproc)
+# How busy the guest's vCPUs were during a part (idle vCPUs are host cores
+# left to the host).
+. "$here/cpu.sh"
 
 # suite: devmapper.test, lvmmeta.test and guest.test (scripts/guest/suite.sh)
 # against vg0 (topolvm's lvmd) and vg1 (google/lvmd).
@@ -55,7 +54,7 @@ for p in "${PARTS[@]}"; do
   r=0
   "$p" || r=$?
   read -r b1 a1 < <(cpu)
-  busy="vCPUs $(((b1 - b0) * 100 * ncpu / (a1 - a0 > 0 ? a1 - a0 : 1)))% busy"
+  busy="vCPUs $(busy "$b0" "$a0" "$b1" "$a1")% busy"
   log "== $p exited $r after $((SECONDS - t0)) s ($busy)"
   [ -z "${LVM_AGENT_GUEST_TIMES:-}" ] || printf '%s (%s)%s\t%s\n' "$p" "$busy" "$([ $r -eq 0 ] || echo ", FAILED")" $((SECONDS - t0)) >>"$LVM_AGENT_GUEST_TIMES"
   [ $r -eq 0 ] || rc=1
