@@ -432,7 +432,9 @@ stat -c '%s %n' "$bin"/images/lvm-agent-amd64.tar "$bin"/images/lvmd.tar "$bin"/
 
 # report: the table. Boundaries, all on the guest's clock (w: a watch line
 # as it arrived; the same watch lag on both stacks):
-#   create     w PVC seen -> w its Pod Running, one claim at a time: median, p90
+#   create     w PVC seen -> w its Pod Running, one claim at a time: median, p90;
+#              split at w PVC Bound (provisioned: the LV and the PV made, the
+#              claim bound) and the rest (the node: mkfs, mount, the container)
 #   burst      the apply of $burst claims and Pods -> w the last of them Running
 #   delete     w the Pod or PVC marked deleted (one kubectl delete of both) ->
 #              its LV's /dev/VG/LV gone (a test -e every 0.1 s), one at a time
@@ -506,6 +508,7 @@ report() {
       t = $1 % 86400; n = $3
       if ($2 == "pvc") first(n " seen", t)
       if ($2 == "pod" && tok("phase") == "Running") first(n " running", t)
+      if ($2 == "pvc" && tok("phase") == "Bound") first(n " bound", t)
       if (tok("del") != "") first(n " deleted", t)
       if ($2 == "pvc") { q = tok("req"); if (!(n in REQ)) REQ[n] = q; else if (q != REQ[n]) first(n " raised", t) }
       next
@@ -518,6 +521,7 @@ report() {
       for (r = 1; r <= rounds; r++) for (si = 1; si <= 2; si++) { s = S[si]; b = s "-r" r
         for (i = 1; i <= runs; i++) { n = b "-" i
           if ((n " running") in T && (n " seen") in T) add(s, "create", T[n " running"] - T[n " seen"])
+          if ((n " running") in T && (n " bound") in T && (n " seen") in T) { add(s, "bind", T[n " bound"] - T[n " seen"]); add(s, "start", T[n " running"] - T[n " bound"]) }
           if ((n " gone") in T && (n " deleted") in T) add(s, "delete", T[n " gone"] - T[n " deleted"]) }
         lastrun = -1; lastgone = -1; ok = 1
         for (j = 1; j <= burst; j++) { n = b "-b" j
@@ -530,6 +534,8 @@ report() {
       printf "%-46s %12s %12s %6s\n", "seconds unless said", "lvm-agent", "TopoLVM", "ratio"
       row("PVC -> Pod Running, median", pct(S[1], "create", 0.5), pct(S[2], "create", 0.5), 0.8)
       row("PVC -> Pod Running, p90", pct(S[1], "create", 0.9), pct(S[2], "create", 0.9), 0.8)
+      row("  of it PVC -> Bound (provisioned), median", pct(S[1], "bind", 0.5), pct(S[2], "bind", 0.5), "")
+      row("  of it Bound -> Pod Running (node), median", pct(S[1], "start", 0.5), pct(S[2], "start", 0.5), "")
       row("burst of " burst " -> all Running, median", pct(S[1], "burst", 0.5), pct(S[2], "burst", 0.5), 0.8)
       row("PVC and Pod deleted -> LV gone, median", pct(S[1], "delete", 0.5), pct(S[2], "delete", 0.5), 0.8)
       row("burst deleted -> all LVs gone, median", pct(S[1], "burstdel", 0.5), pct(S[2], "burstdel", 0.5), 0.8)
