@@ -134,14 +134,18 @@ guest() {
 # CPU-minute cross-compile that otherwise slows vet and the tests by as much).
 images() { nice -n 19 make --no-print-directory images; }
 
-# background STEP: run STEP in the background, its output kept for later
-# (waited: shown then). The pid is in bg[STEP].
+# background NAME [COMMAND...]: COMMAND (default: run NAME NAME, the step
+# NAME) in the background, its output kept for later (waited: shown then).
+# The pid is in bg[NAME].
 declare -A bg
 background() {
-  run "$1" "$1" >"$work/$1.log" 2>&1 &
-  bg[$1]=$!
+  local name=$1
+  shift
+  [ $# -gt 0 ] || set -- run "$name" "$name"
+  "$@" >"$work/$name.log" 2>&1 &
+  bg[$name]=$!
 }
-# waited STEP: wait for a background STEP and show its output.
+# waited NAME: wait for a background NAME and show its output.
 waited() {
   [ -n "${bg[$1]:-}" ] || return 0
   echo "==> test: waiting for $1 (at $((SECONDS - t0)) s)"
@@ -169,10 +173,7 @@ if has guest; then
   # vCPUs wait on its own timers and disks): vet and the tests run beside
   # it, their output shown after it, so the guest starts once the builds
   # are done instead of after them.
-  if [ ${#host[@]} -gt 0 ]; then
-    tests "${host[@]}" >"$work/tests.log" 2>&1 &
-    bg[tests]=$!
-  fi
+  [ ${#host[@]} -eq 0 ] || background tests tests "${host[@]}"
   waited builds || failed=1
   run guest guest || failed=1
   waited tests || failed=1
