@@ -4,8 +4,10 @@
 # before deleted in one go (with the node already chosen on each claim, as
 # the scheduler or lvm-agent's clone placer writes it: the PV controller
 # then provisions at once, no Pod needed), and 3 s later the fault:
-#   agent           kill -9 of the agent's process (kubelet restarts it)
-#   lvmd            kill -9 of the lvmd sidecar's process (the same)
+#   agent           kill -9 of the agent's process (kubelet restarts it;
+#                   with --install systemd, node.sh's service loop)
+#   lvmd            kill -9 of the lvmd sidecar's process (the same; with
+#                   --install host-lvmd or systemd, of the host's lvmd)
 #   lvmd-away       lvmd kept away for 60 s (killed again each time kubelet
 #                   starts it; kubelet's crash-loop backoff may keep it away
 #                   longer): the Node capacity annotation and the agent's
@@ -14,6 +16,16 @@
 #   kubelet         kill -9, started again (cluster.sh restart: the service
 #   containerd      kill -9, started again  manager's Restart= on a node)
 #   kube-apiserver  SIGTERM, started again (an upgrade's restart)
+#   vg-full         vg1 filled: 20 claims of a fifteenth of its free space
+#                   each, so that only some fit; each of the others must
+#                   be answered failed with InsufficientCapacity and sent
+#                   back to the scheduler (its selected-node removed), with
+#                   no LV of it at all, and vg1 left with less room than one
+#                   claim (none refused that fit); then space is freed (the
+#                   round before and the claims that fit deleted) and the
+#                   node chosen again on the refused ones, as the scheduler
+#                   does once the capacity says they fit: all Bound
+#                   (recover: space freed -> that)
 # Each round ends when every claim of the round is Bound and every PV and
 # LV of the deleted ones is gone (recover: fault -> that), then the audit of
 # the whole node: every live claim Bound with exactly one LV tagged with its
@@ -44,7 +56,8 @@ kill9() {
 # they say so. Its commands never fail (node.sh's ERR trap).
 lvmd_away() {
   local end=$((SECONDS + $1)) ip said=no metric=no
-  ip=$(kubectl -n lvm-agent get pods -l app.kubernetes.io/name=lvm-agent -o jsonpath='{.items[0].status.podIP}')
+  ip=127.0.0.1 # the systemd unit's --metrics-address; else the agent's Pod
+  [ "$install" = systemd ] || ip=$(kubectl -n lvm-agent get pods -l app.kubernetes.io/name=lvm-agent -o jsonpath='{.items[0].status.podIP}')
   while [ $SECONDS -lt $end ]; do
     kill9 lvmd >/dev/null || true # none between kubelet's restarts
     kubectl get node "$(hostname)" -o jsonpath='{.metadata.annotations.csi\.alibabacloud\.com/storage-topology}' 2>/dev/null |
@@ -67,7 +80,7 @@ fault() {
   esac
 }
 
-burst_yaml() { # burst_yaml ROUND: 20 claims of 16 MiB on this node
+burst_yaml() { # burst_yaml ROUND [SIZE]: 20 claims of SIZE (16Mi) on this node
   local i
   for i in $(seq 1 20); do
     cat <<YAML
@@ -82,7 +95,7 @@ metadata:
 spec:
   storageClassName: lvm-thick
   accessModes: [ReadWriteOnce]
-  resources: {requests: {storage: 16Mi}}
+  resources: {requests: {storage: ${2:-16Mi}}}
 YAML
   done
 }
@@ -148,6 +161,64 @@ audit() {
   audit_row="$lost $dup $orphan $open $failed $foreign"
 }
 
+# vg_full PREV: the vg-full round (above); PREV's 20 claims live. Sets
+# row (creates deletes recover and the audit's counts) and prev.
+lines() { grep -c . <<<"$1" || true; }
+vg_free() { lvm vgs --noheadings --units b --nosuffix -o vg_free vg1 | tr -d ' '; }
+vg_full() {
+  local free size c fit refused bad=0 t name node reason uid pvs1 uids1
+  free=$(vg_free)
+  size=$(((free / 15) >> 22 << 22)) # whole 4 MiB extents
+  echo "vg1 free: $free bytes; 20 claims of $((size >> 20)) MiB"
+  burst_yaml vg-full "$((size >> 20))Mi" | kubectl apply -f - >/dev/null
+  within 900 "decision on every claim of round vg-full" full_settled
+  c=$(full_claims)
+  fit=$(awk -F';' '$2 == "Bound" { print $1 }' <<<"$c") refused=$(awk -F';' '$2 != "Bound" { print $1 }' <<<"$c")
+  while IFS=';' read -r name _ node reason uid; do
+    [ -n "$name" ] && grep -qx "$name" <<<"$refused" || continue
+    [ "$reason" = InsufficientCapacity ] || { echo "vg-full: pvc/$name answered $reason, not InsufficientCapacity"; bad=1; }
+    [ -z "$node" ] || { echo "vg-full: pvc/$name still on node $node"; bad=1; }
+    ! lvm lvs --noheadings -o lv_name,lv_tags vg1 | grep -E "lvm-agent\.pvc\.$uid(,|[[:space:]]*\$)" || { echo "vg-full: pvc/$name has an LV"; bad=1; }
+  done <<<"$c"
+  free=$(vg_free)
+  echo "vg-full: $(lines "$fit") Bound, $(lines "$refused") refused; vg1 free now: $free bytes"
+  [ -n "$refused" ] && [ -n "$fit" ] || { echo "vg-full: all 20 decided alike"; bad=1; }
+  [ "$free" -lt "$size" ] || { echo "vg-full: claims refused while vg1 had room for one"; bad=1; }
+  name=$(sed -n 1p <<<"$refused")
+  echo "    pvc/$name's event: $(kubectl get events --field-selector "involvedObject.name=$name,reason=ProvisioningFailed" -o jsonpath='{.items[-1:].message}')"
+  [ $bad -eq 0 ]
+  step "The volume group full: space freed (round $1 and the claims that fit deleted), the node chosen again on the refused claims" \
+    "As the scheduler does once the capacity says they fit (the claims have no Pods)."
+  t=$SECONDS
+  delete_round "$1"
+  pvs1=$pvs uids1=$uids
+  c=$(claims vg-full)
+  pvs=$(awk -F';' 'NR == FNR { f[$1] = 1; next } f[$1] { print $4 }' <(echo "$fit") <(echo "$c"))
+  uids=$(awk -F';' 'NR == FNR { f[$1] = 1; next } f[$1] { print $2 }' <(echo "$fit") <(echo "$c") | paste -sd'|')
+  # shellcheck disable=SC2086 # the names, one word each
+  kubectl delete pvc $fit --wait=false >/dev/null
+  within 900 "the PVs and LVs of round $1 gone" round_gone "$pvs1" "$uids1"
+  within 900 "the PVs and LVs of the claims that fit gone" round_gone "$pvs" "$uids"
+  # shellcheck disable=SC2086
+  show kubectl annotate pvc $refused "volume.kubernetes.io/selected-node=$(hostname)"
+  within 900 "the refused claims Bound" full_bound
+  row="vg-full 20 $((20 + $(lines "$fit"))) $((SECONDS - t))"
+  audit "$(lines "$refused")"
+  row+=" $audit_row"
+}
+# name;phase;selected-node;reason;uid of round vg-full's claims
+full_claims() { kubectl get pvc -l app=faults,round=vg-full -o jsonpath='{range .items[*]}{.metadata.name};{.status.phase};{.metadata.annotations.volume\.kubernetes\.io/selected-node};{.metadata.annotations.pv\.csi\.alibabacloud\.com/volume\.reason};{.metadata.uid}{"\n"}{end}'; }
+full_settled() { # each claim Bound, or refused and sent back to the scheduler
+  local c
+  c=$(full_claims 2>/dev/null || true)
+  [ "$(awk -F';' '$2 == "Bound" || ($3 == "" && $4 != "")' <<<"$c" | wc -l)" = 20 ]
+}
+full_bound() {
+  local c
+  c=$(full_claims 2>/dev/null || true)
+  [ -n "$c" ] && [ "$(awk -F';' '$2 != "Bound"' <<<"$c" | wc -l)" = 0 ]
+}
+
 kills_table() { # the rows so far: the make test-faults figures
   printf '\n%-16s %7s %7s %9s %4s %4s %6s %4s %6s %7s\n' fault creates deletes "recover s" lost dup orphan open failed foreign
   awk 'NF { printf "%-16s %7s %7s %9s %4s %4s %6s %4s %6s %7s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 }' <<<"$1"
@@ -167,6 +238,14 @@ node_kills() {
   echo "audit: $audit_row (lost duplicated orphaned open failed foreign)"
   [ "$audit_row" = "0 0 0 0 0 0" ]
   for f in ${faults//,/ }; do
+    if [ "$f" = vg-full ]; then
+      step "The volume group full: 20 claims that cannot all fit (round vg-full), round $prev still there"
+      vg_full "$prev"
+      rows+="$row"$'\n'
+      [ "$audit_row" = "0 0 0 0 0 0" ] || { kills_table "$rows"; false; }
+      prev=$f
+      continue
+    fi
     step "Fault: $f, during 20 creates (round $f) and 20 deletes (round $prev)"
     burst_yaml "$f" | kubectl apply -f - >/dev/null
     delete_round "$prev"

@@ -36,14 +36,14 @@
 #          kubelet, containerd and kube-apiserver, and lvmd kept away for
 #          60 s, each during a burst of 20 creates and 20 deletes, each
 #          round audited (kills.sh). --faults LIST: only these of
-#          agent,lvmd,lvmd-away,kubelet,containerd,kube-apiserver.
+#          agent,lvmd,lvmd-away,kubelet,containerd,kube-apiserver,vg-full.
 #
 #   peers  (`make bench-peers`) after the cluster and vg1: lvm-agent beside
 #          TopoLVM (scripts/guest/peers.sh, which installs both; --peers
 #          ARGS: its arguments, one string).
 #
 #   node.sh [--bin DIR] [--mode demo|full|bench|faults|peers] [--runs N] [--bench LIST]
-#           [--install kustomize|helm] [--vg-device DEV] [--peers ARGS] [--faults LIST]
+#           [--install kustomize|helm|host-lvmd|systemd] [--vg-device DEV] [--peers ARGS] [--faults LIST]
 #       DIR: guest-files.sh's binaries, images/, deploy/ and charts/ (/opt/lvm-agent)
 #       DEV: the node's disk for vg1 (scripts/vm/node.sh and test.sh attach a
 #       sparse file of the host as /dev/vda); without it, a sparse loop file
@@ -51,11 +51,16 @@
 #       with the guest's images instead of `kubectl apply -k`; the demo then
 #       also runs `lvm-agent volume status -o json` and `--version` in the
 #       agent's container.
+#       --install host-lvmd|systemd (make test-faults): the node as bare-metal
+#       users run it, lvmd a host service (with deploy/base's config); the
+#       agent from deploy/overlays/host-lvmd, or a host process started as
+#       deploy/systemd's unit starts it (host_install). Their stories skip
+#       the clones, which need deploy/overlays/clones.
 # Exit code 0 only when every step worked.
 set -Eeuo pipefail # -E: the ERR trap (dump) fires in functions too
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-bin=/opt/lvm-agent mode=full runs=5 benches=create,grow,clone install=kustomize vg_device='' peers='' faults=agent,lvmd,lvmd-away,kubelet,containerd,kube-apiserver
+bin=/opt/lvm-agent mode=full runs=5 benches=create,grow,clone install=kustomize vg_device='' peers='' faults=agent,lvmd,lvmd-away,kubelet,containerd,kube-apiserver,vg-full
 usage() { sed -n '2,54s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
@@ -71,7 +76,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 case $mode in demo | full | bench | faults | peers) ;; *) usage ;; esac
-case $install in kustomize | helm) ;; *) usage ;; esac
+case $install in kustomize | helm | host-lvmd | systemd) ;; *) usage ;; esac
 export CLUSTER_DIR=${CLUSTER_DIR:-/var/lib/lvm-agent-cluster}
 export KUBECONFIG=$CLUSTER_DIR/pki/admin.conf PATH=$bin:$here:/usr/local/sbin:/usr/local/bin:$PATH
 t0=$SECONDS
@@ -117,6 +122,100 @@ dump() {
   ! grep -q ' /share ' /proc/mounts || cp -r "$CLUSTER_DIR/logs" /share/cluster-logs
 }
 trap 'dump $LINENO' ERR
+
+# service NAME COMMAND...: COMMAND run as a node's service manager runs a
+# unit with Restart=always and RestartSec=2 (the guest has no systemd):
+# started again 2 s after it ends, killed or not. Output: logs/NAME.log.
+service() {
+  local name=$1
+  shift
+  setsid bash -c 'while :; do "$@"; sleep 2; done' "$name" "$@" </dev/null >>"$CLUSTER_DIR/logs/$name.log" 2>&1 &
+}
+
+# host_install: lvm-agent on a node whose lvmd is a host service (the
+# seed's bare-metal nodes): topolvm's lvmd with deploy/base's config, then
+# deploy/overlays/host-lvmd (install host-lvmd), or the provisioner from it
+# and the agent as a host process with deploy/systemd's command line,
+# environment file and kubeconfig recipe (install systemd).
+host_install() {
+  local k=$CLUSTER_DIR/host-install
+  step "lvmd as the node's host service (lvmd.service): deploy/base's lvmd config, socket /run/topolvm/lvmd.sock" \
+    "Run as a service manager runs it (Restart=always, RestartSec=2): a kill is followed by a start."
+  mkdir -p /etc/topolvm "$k"
+  cp "$bin/deploy/base/lvmd.yaml" /etc/topolvm/lvmd.yaml
+  show cat /etc/topolvm/lvmd.yaml
+  service lvmd "$bin/lvmd" --config /etc/topolvm/lvmd.yaml --metrics-bind-address=
+  within 120 "lvmd socket" test -S /run/topolvm/lvmd.sock
+  # The overlay with this guest's image names (deploy/overlays/guest's);
+  # kustomize takes only a relative path.
+  cat >"$k/kustomization.yaml" <<YAML
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - $(echo "$k" | sed 's|/[^/]*|../|g')${bin#/}/deploy/overlays/host-lvmd
+images:
+  - name: ghcr.io/lvm-agent/lvm-agent
+    newName: localhost/lvm-agent/lvm-agent
+    newTag: guest
+YAML
+  if [ "$install" = host-lvmd ]; then
+    step "Install lvm-agent as a user would on such nodes: kubectl apply -k deploy/overlays/host-lvmd" \
+      "The DaemonSet has the agent alone; it reaches lvmd's socket in the host's /run/topolvm." \
+      "(Applied through a kustomization that names deploy/overlays/host-lvmd and this guest's image.)"
+    show kubectl apply -k "$k"
+    return
+  fi
+  step "The agent as a host process, as deploy/systemd installs it (docs/operations.md \"Bare metal (systemd)\")" \
+    "The provisioner from deploy/overlays/host-lvmd without the DaemonSet, and without the lvm-agent-node admission binding:" \
+    "an agent whose token is bound to no Pod may not update its Node otherwise (docs/operations.md)."
+  cat >>"$k/kustomization.yaml" <<'YAML'
+patches:
+  - patch: |-
+      $patch: delete
+      apiVersion: apps/v1
+      kind: DaemonSet
+      metadata: {name: lvm-agent, namespace: lvm-agent}
+  - patch: |-
+      $patch: delete
+      apiVersion: admissionregistration.k8s.io/v1
+      kind: ValidatingAdmissionPolicyBinding
+      metadata: {name: lvm-agent-node}
+YAML
+  show cat "$k/kustomization.yaml"
+  show kubectl apply -k "$k"
+  echo "    The agent's kubeconfig, by the recipe of docs/operations.md: a ServiceAccount token kept in a Secret."
+  kubectl apply -f - <<'YAML'
+apiVersion: v1
+kind: Secret
+metadata: {name: lvm-agent-token, namespace: lvm-agent, annotations: {kubernetes.io/service-account.name: lvm-agent}}
+type: kubernetes.io/service-account-token
+YAML
+  token() { kubectl -n lvm-agent get secret lvm-agent-token -o jsonpath='{.data.token}' | base64 -d; }
+  has() { [ -n "$("$@" 2>/dev/null)" ]; }
+  within 120 "token in secret/lvm-agent-token" has token
+  local token server kc=/etc/lvm-agent/kubeconfig
+  token=$(token)
+  server=$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}')
+  kubectl config view --minify --raw -o jsonpath='{.clusters[0].cluster.certificate-authority-data}' | base64 -d >"$k/ca.crt"
+  mkdir -p /etc/lvm-agent
+  kubectl config --kubeconfig=$kc set-cluster cluster --server="$server" --certificate-authority="$k/ca.crt" --embed-certs=true >/dev/null
+  kubectl config --kubeconfig=$kc set-credentials lvm-agent --token="$token" >/dev/null
+  kubectl config --kubeconfig=$kc set-context lvm-agent --cluster=cluster --user=lvm-agent >/dev/null
+  kubectl config --kubeconfig=$kc use-context lvm-agent >/dev/null
+  show kubectl --kubeconfig=$kc auth can-i patch persistentvolumeclaims
+  [ "$(kubectl --kubeconfig=$kc auth can-i delete persistentvolumeclaims || true)" = no ]
+  install -m 0755 "$bin/lvm-agent" /usr/local/bin/lvm-agent
+  sed "s/^NODE_NAME=.*/NODE_NAME=$(hostname)/" "$bin/deploy/systemd/lvm-agent.env" >/etc/lvm-agent/lvm-agent.env
+  show grep -v -e '^#' -e '^$' /etc/lvm-agent/lvm-agent.env
+  # systemd's ExecStart: ${VAR} one word, $VAR split on spaces, as bash does here.
+  local cmd
+  cmd=$(sed -n 's/^ExecStart=//p' "$bin/deploy/systemd/lvm-agent.service")
+  echo "\$ $cmd"
+  service lvm-agent bash -c "set -a && . /etc/lvm-agent/lvm-agent.env && set +a && exec $cmd"
+  capacity() { kubectl get node "$(hostname)" -o jsonpath='{.metadata.annotations.csi\.alibabacloud\.com/storage-topology}'; }
+  within 300 "capacity on the Node from the host agent" has capacity
+  show capacity
+}
 
 # The test's own Pods: busybox's sh as PID 1 ignores SIGTERM unless it traps
 # it, and each delete would wait out the 30 s grace period; this one exits.
@@ -370,13 +469,15 @@ if [ "$install" = helm ]; then
   show helm install lvm-agent "$bin/charts/lvm-agent" -n lvm-agent --create-namespace -f "$CLUSTER_DIR/clones.values.yaml" \
     --set image.repository=localhost/lvm-agent/lvm-agent --set image.tag=guest --set image.pullPolicy=Never \
     --set lvmd.image.repository=localhost/lvm-agent/lvmd --set lvmd.image.tag=guest --set lvmd.image.pullPolicy=Never
+elif [ "$install" = host-lvmd ] || [ "$install" = systemd ]; then
+  host_install
 else
   step "Install lvm-agent as a user would: kubectl apply -k" \
     "deploy/overlays/guest is deploy/base with this guest's image names and imagePullPolicy: Never." \
     "It makes the lvm-agent DaemonSet (the agent and topolvm's lvmd on each node) and the provisioner Deployment."
   show kubectl apply -k "$bin/deploy/overlays/guest"
 fi
-show kubectl -n lvm-agent rollout status daemonset/lvm-agent --timeout=600s
+[ "$install" = systemd ] || show kubectl -n lvm-agent rollout status daemonset/lvm-agent --timeout=600s
 show kubectl -n lvm-agent rollout status deployment/lvm-agent-provisioner --timeout=600s
 show kubectl -n lvm-agent get pods -o wide
 echo "    The agent reports the node's volume groups, their size and free space, on the Node:"
@@ -450,7 +551,9 @@ echo
 [ "$(dd if="$dev" bs=28 count=1 2>/dev/null)" = "raw bytes on an lvm-agent LV" ]
 
 . "$here/expand.sh" # volumes grow under running Pods (issue 26)
-. "$here/clone.sh"  # clones, thin and thick (issue 27)
+# clones, thin and thick (issue 27): deploy/overlays/clones, which the host
+# installs are not
+[ "$install" = host-lvmd ] || [ "$install" = systemd ] || . "$here/clone.sh"
 
 step "The PVCs deleted: their PVs and LVs go" \
   "reclaimPolicy: Delete: the provisioner asks the agent to remove the LV, then deletes the PV."

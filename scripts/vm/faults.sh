@@ -1,63 +1,92 @@
 #!/usr/bin/env bash
-# make test-faults (issue 29): faults on the real node, in the guest.
-# Today one scenario, the power cut on the node's disk: vg1 on a sparse
-# disk image here (/dev/vda in the guest), a thick and a thin LV with ext4
-# and a writer on each appending fsync'd, checksummed records; QEMU killed
-# while they write (run.sh --power-cut); a second guest booted on the same
-# disk must find both LVs active from its boot (lvm2's vgchange -aay in its
-# init, nothing of the test's) and every synced record intact
-# (scripts/guest/powercut.sh). The disk is removed at the end. Then the
-# one-node cluster of make demo (scripts/vm/node.sh --mode faults): the
-# agent, lvmd, kubelet, containerd and kube-apiserver each killed (and
-# lvmd kept away for 60 s) during a burst of 20 creates and 20 deletes, the
-# node audited after each
-# (scripts/guest/kills.sh).
+# make test-faults (issue 29): faults on the real node, in the guest. Parts:
+#   power-cut  vg1 on a sparse disk image here (/dev/vda in the guest), a
+#              thick and a thin LV with ext4 and a writer on each appending
+#              fsync'd, checksummed records; QEMU killed while they write
+#              (run.sh --power-cut); a second guest booted on the same disk
+#              must find both LVs active from its boot (lvm2's vgchange -aay
+#              in its init, nothing of the test's) and every synced record
+#              intact (scripts/guest/powercut.sh). The disk is removed at the
+#              end.
+#   kills      the one-node cluster of make demo (scripts/vm/node.sh --mode
+#              faults): the agent, lvmd, kubelet, containerd and
+#              kube-apiserver each killed (and lvmd kept away for 60 s)
+#              during a burst of 20 creates and 20 deletes, then vg1 filled
+#              past what fits, the node audited after each
+#              (scripts/guest/kills.sh).
+#   host-lvmd  the node as bare-metal users run it: lvmd a host service, the
+#              agent from deploy/overlays/host-lvmd; the host's lvmd and the
+#              agent killed during bursts.
+#   systemd    the same with the agent a host process started as
+#              deploy/systemd's unit starts it.
 #
-#   scripts/vm/faults.sh [--timeout SECONDS]
+#   scripts/vm/faults.sh [--timeout SECONDS] [--parts LIST]   (default: all four)
 #
 # Prints a table per part: for the power cut, volumes, faults, the time
 # from the cut to the check's end (the second boot included), lost and
-# changed records; for the kills, each fault's recovery time and the
-# audit's counts. Each count must be 0. Exit code 0 only when both parts
-# did what they should.
+# changed records; for the others, each fault's recovery time and the
+# audit's counts. Each count must be 0. Exit code 0 only when every part
+# did what it should.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-timeout=600
-[ "${1:-}" != --timeout ] || { timeout=$2; shift 2; }
+timeout=600 parts=power-cut,kills,host-lvmd,systemd
+while [ $# -gt 0 ]; do
+  case $1 in
+    --timeout) timeout=$2; shift 2 ;;
+    --parts) parts=$2; shift 2 ;;
+    *) sed -n '2,/^$/s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
+  esac
+done
+part() { case ",$parts," in *",$1,"*) ;; *) return 1 ;; esac; }
+failed=()
 CACHE=${LVM_AGENT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lvm-agent}
 RUN=${LVM_AGENT_RUN:-$CACHE/run}
 log() { echo "faults: $*" >&2; }
 t0=$SECONDS
 
-share=$RUN/faults-results
-rm -rf "$share" && mkdir -p "$share"
-disk=$(mktemp "$RUN/faults-disk.XXXXXX.img")
-trap 'rm -f "$disk"' EXIT
-truncate -s 1G "$disk"
+power_cut() {
+  local share rc cut recover synced lost changed t=$SECONDS # (disk: global, for the EXIT trap)
+  share=$RUN/faults-results
+  rm -rf "$share" && mkdir -p "$share"
+  disk=$(mktemp "$RUN/faults-disk.XXXXXX.img")
+  trap 'rm -f "$disk"' EXIT
+  truncate -s 1G "$disk"
 
-log "power cut: first boot, writers running, then QEMU killed"
-rc=0
-"$here/run.sh" --timeout "$timeout" --share "$share" --disk "$disk" --power-cut -- \
-  bash /opt/lvm-agent/guest/powercut.sh write /dev/vda || rc=$?
-[ $rc -eq 0 ] && [ -e "$share/.vm/power-cut" ] || { log "FAILED: the first boot ended (exit $rc) without the power cut"; exit 1; }
-cut=$(date -r "$share/.vm/power-cut" +%s)
-log "power cut: second boot on the same disk ($(du -h "$disk" | cut -f1) of $(du -h --apparent-size "$disk" | cut -f1) allocated)"
-rc=0
-"$here/run.sh" --timeout "$timeout" --share "$share" --disk "$disk" -- \
-  bash /opt/lvm-agent/guest/powercut.sh check | tee "$share/check.log" || rc=$?
-recover=$(($(date +%s) - cut))
+  log "power cut: first boot, writers running, then QEMU killed"
+  rc=0
+  "$here/run.sh" --timeout "$timeout" --share "$share" --disk "$disk" --power-cut -- \
+    bash /opt/lvm-agent/guest/powercut.sh write /dev/vda || rc=$?
+  [ $rc -eq 0 ] && [ -e "$share/.vm/power-cut" ] || { log "FAILED: the first boot ended (exit $rc) without the power cut"; return 1; }
+  cut=$(date -r "$share/.vm/power-cut" +%s)
+  log "power cut: second boot on the same disk ($(du -h "$disk" | cut -f1) of $(du -h --apparent-size "$disk" | cut -f1) allocated)"
+  rc=0
+  "$here/run.sh" --timeout "$timeout" --share "$share" --disk "$disk" -- \
+    bash /opt/lvm-agent/guest/powercut.sh check | tee "$share/check.log" || rc=$?
+  recover=$(($(date +%s) - cut))
 
-# (The console's lines end in \r\n.)
-read -r synced lost changed < <(tr -d '\r' <"$share/check.log" | sed -n 's/^powercut: synced \([0-9]*\), lost \([0-9]*\), changed \([0-9]*\)$/\1 \2 \3/p') || true
-printf '\n%-28s %7s %6s %8s %11s %6s %7s\n' scenario volumes faults "synced" "recover s" lost changed
-printf '%-28s %7s %6s %8s %11s %6s %7s\n' "power cut (LVM, ext4)" 2 1 "${synced:-?}" "$recover" "${lost:-?}" "${changed:-?}"
-log "power cut: $([ $rc -eq 0 ] && echo OK || echo "FAILED (exit $rc)") in $((SECONDS - t0)) s (recover: from the cut to the second boot's check done, its boot included)"
+  # (The console's lines end in \r\n.)
+  read -r synced lost changed < <(tr -d '\r' <"$share/check.log" | sed -n 's/^powercut: synced \([0-9]*\), lost \([0-9]*\), changed \([0-9]*\)$/\1 \2 \3/p') || true
+  printf '\n%-28s %7s %6s %8s %11s %6s %7s\n' scenario volumes faults "synced" "recover s" lost changed
+  printf '%-28s %7s %6s %8s %11s %6s %7s\n' "power cut (LVM, ext4)" 2 1 "${synced:-?}" "$recover" "${lost:-?}" "${changed:-?}"
+  log "power cut: $([ $rc -eq 0 ] && echo OK || echo "FAILED (exit $rc)") in $((SECONDS - t)) s (recover: from the cut to the second boot's check done, its boot included)"
+  [ $rc -eq 0 ]
+}
 
-log "kills: the one-node cluster, each component killed during a burst"
-t1=$SECONDS kills=0
-# It took 2490 s on ee4faa4, close to node.sh's default limit (2700 s).
-"$here/node.sh" --timeout 3600 -- --mode faults || kills=$?
-log "kills: $([ $kills -eq 0 ] && echo OK || echo "FAILED (exit $kills)") in $((SECONDS - t1)) s"
-log "$([ $rc -eq 0 ] && [ $kills -eq 0 ] && echo OK || echo FAILED) in $((SECONDS - t0)) s"
-[ $rc -eq 0 ] && [ $kills -eq 0 ]
+# node PART ARGS...: node.sh's faults mode on the one-node cluster.
+node() {
+  local part=$1 t=$SECONDS rc=0
+  shift
+  "$here/node.sh" "$@" || rc=$?
+  log "$part: $([ $rc -eq 0 ] && echo OK || echo "FAILED (exit $rc)") in $((SECONDS - t)) s"
+  [ $rc -eq 0 ]
+}
+
+! part power-cut || power_cut || failed+=(power-cut)
+# The kills took 2490 s on ee4faa4, close to node.sh's default limit (2700 s).
+! part kills || node kills --timeout 3600 -- --mode faults || failed+=(kills)
+for i in host-lvmd systemd; do
+  ! part $i || node $i --timeout 2700 -- --mode faults --install $i --faults lvmd,agent || failed+=($i)
+done
+log "$([ ${#failed[@]} -eq 0 ] && echo OK || echo "FAILED: ${failed[*]}") in $((SECONDS - t0)) s"
+[ ${#failed[@]} -eq 0 ]
