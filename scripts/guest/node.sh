@@ -283,7 +283,9 @@ cpu_table() {
   step "CPU seconds since boot per process name, with the children it reaped: the top 15"
   # /proc/PID/stat: (comm), then utime, stime, cutime, cstime are the
   # 14th to 17th fields; clock ticks of 100 Hz (busybox has no getconf).
-  cat /proc/[0-9]*/stat 2>/dev/null | awk '{ c = $2; sub(/^.*\) /, ""); t[c] += ($12 + $13 + $14 + $15) / 100 }
+  # A process that ends between the glob and its read fails cat, and with
+  # pipefail the step (a cold .ci/run failed there, after every check).
+  { cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk '{ c = $2; sub(/^.*\) /, ""); t[c] += ($12 + $13 + $14 + $15) / 100 }
     END { for (c in t) printf "%10.1f %s\n", t[c], c }' | sort -rn | awk 'NR <= 15'
 }
 within() { # within SECONDS WHAT COMMAND...: COMMAND succeeds before the deadline
