@@ -69,6 +69,7 @@ pc_state() {
     mkdir -p "$STATE_MNT$d" "$d"
     mount --bind "$STATE_MNT$d" "$d"
   done
+  chmod 700 /var/lib/etcd # etcd's data: as etcd wants it (a warning else)
   # kubelet reports the machine ID: the same node, the same ID.
   [ -s "$STATE_MNT/machine-id" ] || tr -d - </proc/sys/kernel/random/uuid >"$STATE_MNT/machine-id"
   cp "$STATE_MNT/machine-id" /etc/machine-id
