@@ -226,12 +226,21 @@ pc_write() {
 }
 
 # pc_recovered: each writer in a container started after this boot's start
-# ($pc_boot), and every request final. Quiet, never fails (the API server
-# may be away).
+# ($pc_boot), and every request final; the first look that saw each is
+# marked on the share (pods-running, requests-final: their times on the
+# host). Quiet, never fails (the API server may be away).
 pc_recovered() {
-  local p c pvs lvs uid name
+  [ -e "$PC/pods-running" ] || ! pc_running || : >"$PC/pods-running"
+  [ -e "$PC/requests-final" ] || ! pc_final || : >"$PC/requests-final"
+  [ -e "$PC/pods-running" ] && [ -e "$PC/requests-final" ]
+}
+pc_running() {
+  local p
   p=$(kubectl get pod -l pc=writer -o jsonpath='{range .items[*]}{.metadata.name} {.status.phase} {.status.containerStatuses[0].state.running.startedAt}{"\n"}{end}' 2>/dev/null) || return 1
-  [ "$(awk -v b="$pc_boot" '$2 == "Running" && $3 >= b' <<<"$p" | wc -l)" = 3 ] || return 1
+  [ "$(awk -v b="$pc_boot" '$2 == "Running" && $3 >= b' <<<"$p" | wc -l)" = 3 ]
+}
+pc_final() { # every claim Bound and answered, no PV or LV left of a claim that is gone
+  local c pvs lvs uid name tags
   c=$(claims 2>/dev/null) || return 1
   [ -n "$c" ] && [ -z "$(awk -F';' '$3 != "Bound" || ($5 != "created" && $5 != "failed")' <<<"$c")" ] || return 1
   pvs=$(kubectl get pv -o jsonpath='{range .items[*]}{.spec.claimRef.uid}{"\n"}{end}' 2>/dev/null) || return 1
@@ -298,8 +307,9 @@ pc_check() {
   # lost dup orphan open failed foreign from the audit; lost adds the ledger's and the records'
   read -r l d o op f fo <<<"$audit_row"
   lost=$((lost + l))
+  printf 'open-at-cut %s\n' "$(awk -F';' '$5 != "created"' "$PC/claims-at-cut" | grep -c . || true)" | tee "$PC/result"
   printf 'volumes %s\nrecords %s\nlost %s\ndup %s\norphan %s\nopen %s\nfailed %s\nforeign %s\nmismatched %s\n' \
- "$nvol" "$records" "$lost" "$d" "$o" "$op" "$f" "$fo" "$mism" | tee "$PC/result"
+ "$nvol" "$records" "$lost" "$d" "$o" "$op" "$f" "$fo" "$mism" | tee -a "$PC/result"
   [ "$lost $d $o $op $f $fo $mism" = "0 0 0 0 0 0 0" ]
   step "powercut: OK"
 }

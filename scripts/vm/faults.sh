@@ -84,9 +84,12 @@ power_cut() {
 
 # power_cut_cluster: the power-cut-cluster part (above). Recover: from the
 # cut (the first QEMU killed) to the second guest seeing every writer Pod
-# running again and every request final, its build and boot included.
+# running again and every request final, its build and boot included;
+# "pods s" and "final s" from the cut to each alone. "open@cut": claims
+# whose request was not yet answered created in the first guest's last look
+# before the cut.
 power_cut_cluster() {
-  local share rc=0 cut recover t=$SECONDS k v # (pc_disk: global, for the EXIT trap)
+  local share rc=0 cut recover pods final t=$SECONDS k v # (pc_disk: global, for the EXIT trap)
   local -A res=()
   share=$RUN/powercut-cluster-results
   rm -rf "$share" && mkdir -p "$share/powercut"
@@ -100,13 +103,13 @@ power_cut_cluster() {
   echo "$cut" >"$share/powercut/cut-at"
   log "power cut, cluster: second boot on the same disk ($(du -h "$pc_disk" | cut -f1) of $(du -h --apparent-size "$pc_disk" | cut -f1) allocated)"
   "$here/node.sh" --timeout 2700 --disk "$pc_disk" --share "$share" -- --mode powercut --phase check || rc=$?
-  recover='?'
-  [ ! -e "$share/powercut/recovered" ] ||
-    recover=$(awk -v a="$(date -r "$share/powercut/recovered" +%s.%N)" -v b="$cut" 'BEGIN { printf "%.0f", a - b }')
+  since_cut() { [ -e "$1" ] && awk -v a="$(date -r "$1" +%s.%N)" -v b="$cut" 'BEGIN { printf "%.0f", a - b }' || echo '?'; }
+  recover=$(since_cut "$share/powercut/recovered") pods=$(since_cut "$share/powercut/pods-running") final=$(since_cut "$share/powercut/requests-final")
   [ ! -f "$share/powercut/result" ] || while read -r k v; do res[$k]=$v; done <"$share/powercut/result"
-  printf '\n%-28s %7s %6s %8s %9s %4s %4s %6s %4s %6s %7s %10s\n' scenario volumes faults records "recover s" lost dup orphan open failed foreign mismatched
-  printf '%-28s %7s %6s %8s %9s %4s %4s %6s %4s %6s %7s %10s\n' "power cut (cluster, 3 Pods)" "${res[volumes]:-?}" 1 "${res[records]:-?}" "$recover" \
-    "${res[lost]:-?}" "${res[dup]:-?}" "${res[orphan]:-?}" "${res[open]:-?}" "${res[failed]:-?}" "${res[foreign]:-?}" "${res[mismatched]:-?}"
+  printf '\n%-28s %7s %6s %8s %8s %9s %6s %7s %4s %4s %6s %4s %6s %7s %10s\n' scenario volumes faults open@cut records "recover s" "pods s" "final s" \
+    lost dup orphan open failed foreign mismatched
+  printf '%-28s %7s %6s %8s %8s %9s %6s %7s %4s %4s %6s %4s %6s %7s %10s\n' "power cut (cluster, 3 Pods)" "${res[volumes]:-?}" 1 "${res[open-at-cut]:-?}" \
+    "${res[records]:-?}" "$recover" "$pods" "$final" "${res[lost]:-?}" "${res[dup]:-?}" "${res[orphan]:-?}" "${res[open]:-?}" "${res[failed]:-?}" "${res[foreign]:-?}" "${res[mismatched]:-?}"
   log "power cut, cluster: $([ $rc -eq 0 ] && echo OK || echo "FAILED (exit $rc)") in $((SECONDS - t)) s (lost: claims and synced records; mismatched: bytes)"
   rm -f "$pc_disk"
   [ $rc -eq 0 ]
