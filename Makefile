@@ -126,9 +126,11 @@ chaos:
 
 # Faults on the real node (issue 29), in the guest: the power cut of the
 # node's disk (QEMU killed while fsync'd records are written, a second boot
-# on the same disk checks them), then the agent, lvmd, kubelet, containerd
-# and kube-apiserver killed during bursts on the cluster of make demo, each
-# round audited (scripts/vm/faults.sh).
+# on the same disk checks them); the same for the whole one-node cluster (a
+# StatefulSet's fsync'd writers and claims churning; the cluster started
+# again on its state on the disk, audited); then the agent, lvmd, kubelet,
+# containerd and kube-apiserver killed during bursts on the cluster of make
+# demo, each round audited (scripts/vm/faults.sh).
 test-faults:
 	scripts/vm/faults.sh
 

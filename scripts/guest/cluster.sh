@@ -17,6 +17,12 @@
 #   CLUSTER_DIR   state, logs and kubeconfigs (/var/lib/lvm-agent-cluster); the
 #                 admin kubeconfig is $CLUSTER_DIR/pki/admin.conf
 #   CLUSTER_WAIT  seconds each wait may take (600: TCG on a busy host)
+#   CLUSTER_ETCD_FSYNC  1: etcd fsyncs its log, as a real node's must to
+#                 survive a power cut (make test-faults' power-cut-cluster,
+#                 whose state is on a disk); default 0, --unsafe-no-fsync,
+#                 for state in RAM, which a reboot loses anyway
+# State already in DIR and /var/lib/{etcd,kubelet,containerd} (a node booted
+# again on its disk) is reused: the same PKI, etcd's data, the images.
 # The node is the guest's hostname; it has no network card, so its address is
 # on a dummy interface: pods reach the API server through the `kubernetes`
 # Service's ClusterIP (10.96.0.1), which kube-proxy maps to that address.
@@ -159,12 +165,20 @@ EOF
 # images: import the image tarballs into containerd (up runs it in the
 # background, meanwhile the API server starts).
 images() {
-  local t
+  local t n
+  # Imported before on this state (a node booted again): containerd still
+  # has them, and each import costs seconds of the guest's CPU.
+  n=$(cat "$DIR/images.imported" 2>/dev/null || echo 0)
+  if [ "$n" -gt 0 ] && [ "$(ctr -n k8s.io images ls -q | grep -c localhost/)" -ge "$n" ]; then
+    log "images reused: $n already in containerd"
+    return
+  fi
   for t in "$bin"/images/*.tar; do
     case $t in *-arm64.tar) continue ;; esac # the guest is amd64
     ctr -n k8s.io images import --local "$t" >>"$LOGS/images.log" 2>&1 || ctr -n k8s.io images import "$t" >>"$LOGS/images.log" 2>&1 || return
   done
   log "images imported: $(ctr -n k8s.io images ls -q | grep -c localhost/) ($(ctr -n k8s.io images ls -q | grep localhost/ | paste -sd' '))"
+  ctr -n k8s.io images ls -q | grep -c localhost/ >"$DIR/images.imported"
 }
 
 # pki: what the cluster needs to run with authentication and authorization
@@ -179,6 +193,7 @@ images() {
 pki() {
   mkdir -p "$PKI"
   chmod 700 "$PKI"
+  pki_reused && return
   local cnf=$PKI/openssl.cnf
   printf '%s\n' '[req]' 'distinguished_name = dn' '[dn]' \
     '[ca]' 'basicConstraints = critical,CA:TRUE' \
@@ -219,8 +234,22 @@ END
   log "PKI and kubeconfigs in $PKI (API server https://$NODE_IP:6443)"
 }
 
+# pki_reused: a node booted again on its state keeps its CA, keys and
+# kubeconfigs (the kubelet's and the service accounts' tokens must still be
+# good); made again only when one is missing.
+pki_reused() {
+  local f
+  for f in ca.crt ca.key sa.key apiserver.crt apiserver.key apiserver-kubelet-client.crt \
+    apiserver-kubelet-client.key admin.conf kubelet.conf scheduler.conf controller-manager.conf kube-proxy.conf; do
+    [ -s "$PKI/$f" ] || return 1
+  done
+  log "PKI and kubeconfigs in $PKI reused (API server https://$NODE_IP:6443)"
+}
+
 control_plane_up() {
-  daemon etcd etcd --data-dir /var/lib/etcd --unsafe-no-fsync \
+  local fsync=--unsafe-no-fsync
+  [ "${CLUSTER_ETCD_FSYNC:-0}" != 1 ] || fsync=
+  daemon etcd etcd --data-dir /var/lib/etcd ${fsync:+"$fsync"} \
     --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
     --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
     --initial-cluster default=http://127.0.0.1:2380
@@ -327,5 +356,5 @@ case ${1:-} in
   up) up ;;
   down) down ;;
   restart) mkdir -p "$LOGS" && restart "${2:?usage: cluster.sh restart NAME [SIG]}" "${3:-KILL}" ;;
-  *) sed -n '2,23s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,28s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
 esac

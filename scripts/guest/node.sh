@@ -41,8 +41,13 @@
 #   peers  (`make bench-peers`) after the cluster and vg1: lvm-agent beside
 #          TopoLVM (scripts/guest/peers.sh, which installs both; --peers
 #          ARGS: its arguments, one string).
+#   powercut (make test-faults' power-cut-cluster) the node's state on
+#          vg1/node-state, then --phase write: a StatefulSet of writers and
+#          claims created and deleted until the power cut; --phase check
+#          (the next boot on the disk): the cluster started again on its
+#          state, then the audit (scripts/guest/powercut-cluster.sh).
 #
-#   node.sh [--bin DIR] [--mode demo|full|bench|faults|peers] [--runs N] [--bench LIST]
+#   node.sh [--bin DIR] [--mode demo|full|bench|faults|peers|powercut] [--phase write|check] [--runs N] [--bench LIST]
 #           [--install kustomize|helm|host-lvmd|systemd] [--vg-device DEV] [--peers ARGS] [--faults LIST]
 #       DIR: guest-files.sh's binaries, images/, deploy/ and charts/ (/opt/lvm-agent)
 #       DEV: the node's disk for vg1 (scripts/vm/node.sh and test.sh attach a
@@ -61,7 +66,7 @@ set -Eeuo pipefail # -E: the ERR trap (dump) fires in functions too
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 bin=/opt/lvm-agent mode=full runs=5 benches=create,grow,clone install=kustomize vg_device='' peers='' faults=agent,lvmd,lvmd-away,kubelet,containerd,kube-apiserver,vg-full
-usage() { sed -n '2,54s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2; }
+usage() { sed -n '2,59s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
     --bin) bin=$2; shift 2 ;;
@@ -72,10 +77,12 @@ while [ $# -gt 0 ]; do
     --vg-device) vg_device=$2; shift 2 ;;
     --peers) peers=$2; shift 2 ;;
     --faults) faults=$2; shift 2 ;;
+    --phase) phase=$2; shift 2 ;;
     *) usage ;;
   esac
 done
-case $mode in demo | full | bench | faults | peers) ;; *) usage ;; esac
+case $mode in demo | full | bench | faults | peers | powercut) ;; *) usage ;; esac
+case ${phase:=write} in write | check) ;; *) usage ;; esac
 case $install in kustomize | helm | host-lvmd | systemd) ;; *) usage ;; esac
 export CLUSTER_DIR=${CLUSTER_DIR:-/var/lib/lvm-agent-cluster}
 export KUBECONFIG=$CLUSTER_DIR/pki/admin.conf PATH=$bin:$here:/usr/local/sbin:/usr/local/bin:$PATH
@@ -429,6 +436,8 @@ fi
 # has its own config, so none is written here.
 LVM_VG=vg1 LVM_THIN_POOL_SIZE=256M LVMD_CONFIG='' LVM_LOOP_SIZE=2G LVM_DEVICE=$vg_device setup-lvm.sh
 show lvm lvs vg1
+# powercut: the cluster's state on vg1 before the cluster starts
+[ "$mode" != powercut ] || { . "$here/powercut-cluster.sh"; pc_state; }
 
 # kubelet grows a filesystem online at its next sync of the Pod, every
 # minute by default: 85% of a grow's time (docs/operations.md). The stories
@@ -442,6 +451,8 @@ step "A one-node Kubernetes cluster, every part real" \
   "kubelet syncs each Pod $sync: an online grow's filesystem is grown at that sync."
 cluster.sh --bin "$bin" up
 show kubectl get nodes -o wide
+# powercut's second boot: nothing installed again, all must come back by itself
+[ "$mode" != powercut ] || [ "$phase" != check ] || { pc_check; exit 0; }
 
 if [ "$mode" = peers ]; then
   step "Bench: lvm-agent beside TopoLVM (scripts/guest/peers.sh; docs/bench-peers.md says what each row measures)"
@@ -489,6 +500,7 @@ show kubectl get node "$(hostname)" -o jsonpath='{.metadata.annotations.csi\.ali
   node_kills
   exit 0
 }
+[ "$mode" != powercut ] || { pc_write; exit 1; } # pc_write ends in the power cut
 [ "$mode" != bench ] || {
   step "Bench: the agent at --v=2, which logs each request's lvmd calls with their times (the growth rows read them)"
   show kubectl -n lvm-agent patch daemonset lvm-agent --type json -p '[{"op":"test","path":"/spec/template/spec/containers/0/name","value":"lvm-agent"},{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--v=2"}]'
