@@ -267,7 +267,7 @@ node_kills() {
   within 900 "the PVs and LVs of round $prev gone" round_gone "$pvs" "$uids"
   audit 0
   n=$((SECONDS - t))
-  rows+="(end) 0 20 $n $audit_row"$'\n'
+  rows+="(end) 0 $(lines "$pvs") $n $audit_row"$'\n'
   show lvm lvs vg1
   kills_table "$rows"
   [ "$audit_row" = "0 0 0 0 0 0" ]
