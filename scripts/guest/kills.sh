@@ -166,7 +166,7 @@ audit() {
 lines() { grep -c . <<<"$1" || true; }
 vg_free() { lvm vgs --noheadings --units b --nosuffix -o vg_free vg1 | tr -d ' '; }
 vg_full() {
-  local free size c fit refused bad=0 t name node reason uid pvs1 uids1
+  local free size c fit refused tags bad=0 t name node reason uid pvs1 uids1
   free=$(vg_free)
   size=$(((free / 15) >> 22 << 22)) # whole 4 MiB extents
   echo "vg1 free: $free bytes; 20 claims of $((size >> 20)) MiB"
@@ -174,11 +174,12 @@ vg_full() {
   within 900 "decision on every claim of round vg-full" full_settled
   c=$(full_claims)
   fit=$(awk -F';' '$2 == "Bound" { print $1 }' <<<"$c") refused=$(awk -F';' '$2 != "Bound" { print $1 }' <<<"$c")
+  tags=$(lvm lvs --noheadings -o lv_name,lv_tags vg1) # once, not per claim (a second of vCPU each under TCG)
   while IFS=';' read -r name _ node reason uid; do
     [ -n "$name" ] && grep -qx "$name" <<<"$refused" || continue
     [ "$reason" = InsufficientCapacity ] || { echo "vg-full: pvc/$name answered $reason, not InsufficientCapacity"; bad=1; }
     [ -z "$node" ] || { echo "vg-full: pvc/$name still on node $node"; bad=1; }
-    ! lvm lvs --noheadings -o lv_name,lv_tags vg1 | grep -E "lvm-agent\.pvc\.$uid(,|[[:space:]]*\$)" || { echo "vg-full: pvc/$name has an LV"; bad=1; }
+    ! grep -E "lvm-agent\.pvc\.$uid(,|[[:space:]]*\$)" <<<"$tags" || { echo "vg-full: pvc/$name has an LV"; bad=1; }
   done <<<"$c"
   free=$(vg_free)
   echo "vg-full: $(lines "$fit") Bound, $(lines "$refused") refused; vg1 free now: $free bytes"
