@@ -13,8 +13,10 @@
 #                fuzzes each target for FUZZTIME)
 #   integration  every package of integration/ (a real etcd +
 #                kube-apiserver...), side by side (scripts/integration.sh)
-#   guest        ONE guest boot: the in-guest suite (real LVM, lvmd,
-#                google/lvmd), then the one-node cluster's full scenario
+#   guest        ONE guest boot after the power cut's (builds): the check
+#                of what the cut guest synced, the in-guest suite (real LVM,
+#                lvmd, google/lvmd), then the one-node cluster's full
+#                scenario with make test-faults' kills in one burst
 #                (scripts/vm/test.sh, scripts/guest/test.sh)
 #   images       the images for both arches (make images), niced: it only
 #                fills the CPU the other steps leave idle
@@ -92,10 +94,13 @@ trap 'failed=130; exit 130' INT TERM
 # --files): guest-files.sh builds Kubernetes (all the components at once:
 # the integration step's kube-assets.sh call waits for it), containerd,
 # lvmd, this checkout's guest binaries and images (amd64), and Helm for the
-# integration step.
+# integration step; and the power cut's first boot.
 builds() {
   local rc=0 names
-  scripts/vm/build-guest.sh >/dev/null &
+  # The guest image, then the power cut's first boot on the node's disk
+  # (scripts/vm/test.sh --cut): it needs nothing else built, and its guest
+  # takes a core the builds leave idle at times.
+  { scripts/vm/build-guest.sh >/dev/null && scripts/vm/test.sh --cut; } &
   local guest=$!
   scripts/helm.sh >/dev/null &
   local helm=$!

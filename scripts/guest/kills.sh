@@ -101,11 +101,12 @@ YAML
 }
 
 # The claims of a round, one line each: name;uid;phase;PV;lifecycle (any
-# may be empty). (A kubectl run costs about a second of the guest's CPU
+# may be empty); claims_app: their app label (faults; node.sh's ten claims:
+# many). (A kubectl run costs about a second of the guest's CPU
 # under TCG: one list per look.) The waits below ask quietly, and their
 # commands never fail: the API server may be away, and a failed command
 # would set off node.sh's ERR trap.
-claims() { kubectl get pvc -l "app=faults${1:+,round=$1}" -o jsonpath='{range .items[*]}{.metadata.name};{.metadata.uid};{.status.phase};{.spec.volumeName};{.metadata.annotations.pv\.csi\.alibabacloud\.com/volume\.lifecycle}{"\n"}{end}'; }
+claims() { kubectl get pvc -l "app=${claims_app:-faults}${1:+,round=$1}" -o jsonpath='{range .items[*]}{.metadata.name};{.metadata.uid};{.status.phase};{.spec.volumeName};{.metadata.annotations.pv\.csi\.alibabacloud\.com/volume\.lifecycle}{"\n"}{end}'; }
 round_bound() { # round_bound ROUND: its 20 claims Bound
   local c
   c=$(claims "$1" 2>/dev/null || true)

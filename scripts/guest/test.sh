@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # make test's guest step, inside ONE guest (scripts/vm/test.sh boots it): the
-# in-guest suite (suite.sh), then the one-node cluster's full scenario
-# (node.sh --mode full), on the same kernel and LVM, one after the other.
+# power cut's check (the boot before this one, on the same disk, had its
+# power cut while it wrote: make test-faults' power-cut part), the in-guest
+# suite (suite.sh), then the one-node cluster's full scenario (node.sh
+# --mode full), on the same kernel and LVM, one after the other.
 #
 #   test.sh [--bin DIR] [--vg-device DEV] [PART...]   (default: every part, in order)
 #       DEV: the node's disk for the scenario's vg1 (node.sh --vg-device)
@@ -18,7 +20,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 bin=/opt/lvm-agent vg_device=''
 [ "${1:-}" != --bin ] || { bin=$2; shift 2; }
 [ "${1:-}" != --vg-device ] || { vg_device=$2; shift 2; }
-PARTS=(suite lvm_reset node)
+PARTS=(power_cut suite lvm_reset node)
 [ $# -eq 0 ] || PARTS=("$@")
 if [ -z "${LVM_AGENT_GUEST_TIMES:-}" ] && grep -q ' /share ' /proc/mounts; then
   export LVM_AGENT_GUEST_TIMES=/share/times.tsv
@@ -27,6 +29,16 @@ log() { echo "test: $*"; }
 # How busy the guest's vCPUs were during a part (idle vCPUs are host cores
 # left to the host).
 . "$here/cpu.sh"
+
+# power_cut: before anything touches LVM, the LVs the boot activated and
+# every record synced before the cut (powercut.sh check); then vg1 goes, so
+# the suite (whose google/lvmd has a vg1 of its own) and the scenario start
+# on a blank disk.
+power_cut() {
+  [ -n "$vg_device" ] && [ -f /share/synced-thick0 ] || { log "power_cut: no power cut before this boot (scripts/vm/test.sh makes it)"; return 1; }
+  bash "$here/powercut.sh" check || return
+  lvm vgremove -ff vg1 && lvm pvremove -ff -y "$vg_device" >/dev/null
+}
 
 # suite: devmapper.test, lvmmeta.test and guest.test (scripts/guest/suite.sh)
 # against vg0 (topolvm's lvmd) and vg1 (google/lvmd).

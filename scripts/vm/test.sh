@@ -11,6 +11,16 @@
 #                    printed (make test builds it beside its other steps);
 #                    removed afterwards
 #   scripts/vm/test.sh --names    the guest-files.sh names it needs
+#   scripts/vm/test.sh --cut      the power cut's first boot alone (make test
+#                                 runs it beside the builds; without it, the
+#                                 guest step runs it first): a guest on the
+#                                 node's disk, $RUN/test-vg1.img (sparse,
+#                                 made here), writes fsync'd records to two
+#                                 LVs of vg1 and has its power cut (QEMU
+#                                 killed: scripts/guest/powercut.sh write,
+#                                 make test-faults' power-cut part). The
+#                                 guest step then boots on the same disk and
+#                                 checks every synced record first.
 #
 # Exit code: the guest's (run.sh: 124 timeout, 125 no exit code). Logs stay
 # in $LVM_AGENT_CACHE/run/test-results/ (the suite's results/, the cluster's
@@ -25,19 +35,32 @@ RUN=${LVM_AGENT_RUN:-$CACHE/run}
 . "$root/scripts/times.sh"
 names=(etcd kube-apiserver lvmd google-lvmd lvm-agent guest.test devmapper.test lvmmeta.test
   kube-controller-manager kube-scheduler kubelet kubectl kube-proxy containerd containerd-shim-runc-v2 ctr images)
+log() { echo "guest: $*" >&2; }
+load() { cut -d' ' -f1-3 /proc/loadavg; }
 timeout=4500 files=''
+share=$RUN/test-results disk=$RUN/test-vg1.img
+# first_boot: the power cut's first boot (above); the share keeps the synced counts
+# for the check. 2 GiB: the scenario's vg1 after the check.
+first_boot() {
+  local t=$SECONDS
+  rm -rf "$share" "$disk" && mkdir -p "$share"
+  truncate -s 2G "$disk"
+  "$here/run.sh" --timeout 600 --share "$share" --disk "$disk" --power-cut -- \
+    bash /opt/lvm-agent/guest/powercut.sh write /dev/vda >&2
+  [ -e "$share/.vm/power-cut" ] || { log "FAIL: the power cut's first boot ended without the cut"; rm -f "$disk"; return 1; }
+  times_add "power cut: the first boot, writers on vg1, QEMU killed" $((SECONDS - t))
+}
 while [ $# -gt 0 ]; do
   case $1 in
     --timeout) timeout=$2; shift 2 ;;
     --files) files=$2; shift 2 ;;
     --names) echo "${names[*]}"; exit 0 ;;
+    --cut) mkdir -p "$RUN"; first_boot; exit ;;
     --) shift; break ;;
     *) break ;;
   esac
 done
 t0=$SECONDS
-log() { echo "guest: $*" >&2; }
-load() { cut -d' ' -f1-3 /proc/loadavg; }
 log "host load at the start: $(load)"
 
 if [ -z "$files" ]; then
@@ -55,13 +78,12 @@ cp -a "$root/deploy" "$files/deploy"
 cp -a "$root/charts" "$files/charts"
 log "built in $((SECONDS - t0)) s; booting the guest (host load: $(load))"
 
-share=$RUN/test-results
-rm -rf "$share" && mkdir -p "$share"
-# The scenario's vg1 on a disk of its own (guest node.sh --vg-device): a
-# sparse file here, /dev/vda in the guest, gone at the end.
-disk=$(mktemp "$RUN/test-vg1.XXXXXX.img")
+# The node's disk (guest node.sh --vg-device), a sparse file here, /dev/vda
+# in the guest, gone at the end: the power cut's first boot, then this one
+# (its check, then the scenario's vg1).
+[ -f "$disk" ] && [ -e "$share/.vm/power-cut" ] || first_boot || rm -f "$share/.vm/power-cut"
 trap 'rm -rf "$files" "$disk"' EXIT
-truncate -s 2G "$disk"
+[ -f "$disk" ] || truncate -s 2G "$disk"
 rc=0
 t1=$SECONDS
 "$here/run.sh" --mem "${LVM_AGENT_TEST_MEM:-5G}" --cpus 2 --timeout "$timeout" --files "$files" --share "$share" --disk "$disk" -- \
