@@ -622,7 +622,15 @@ kubectl apply -f "$CLUSTER_DIR/many.yaml"
 show kubectl -n lvm-agent delete pod -l app.kubernetes.io/name=lvm-agent
 show kubectl -n lvm-agent rollout status daemonset/lvm-agent --timeout=600s
 t=$SECONDS
-for f in lvmd kubelet containerd kube-apiserver; do show fault $f; done
+# In turn: each back before the next, as its service manager keeps it (a
+# kubelet started while containerd is down exits; systemd would start it
+# again, cluster.sh restart does not).
+show fault lvmd
+show fault kubelet
+within 120 "kubelet healthy" wget -q -O /dev/null http://127.0.0.1:10248/healthz
+show fault containerd
+within 120 "containerd serving" ctr version
+show fault kube-apiserver
 # The API server may still be starting: a failed wait is tried again.
 within 900 "ten Pods Ready" kubectl wait --for=condition=Ready pod -l app=many --timeout=60s
 n=$((SECONDS - t))
