@@ -151,7 +151,7 @@ host_install() {
   local k=$CLUSTER_DIR/host-install
   step "lvmd as the node's host service (lvmd.service): deploy/base's lvmd config, socket /run/topolvm/lvmd.sock" \
     "Run as a service manager runs it (Restart=always, RestartSec=2): a kill is followed by a start."
-  mkdir -p /etc/topolvm "$k"
+  mkdir -p /etc/topolvm /run/topolvm "$k" # /run/topolvm: a unit's RuntimeDirectory=topolvm
   cp "$bin/deploy/base/lvmd.yaml" /etc/topolvm/lvmd.yaml
   show cat /etc/topolvm/lvmd.yaml
   service lvmd "$bin/lvmd" --config /etc/topolvm/lvmd.yaml --metrics-bind-address=
