@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"encoding/base64"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,14 +30,26 @@ func TestSystemdKubeconfigRecipe(t *testing.T) {
 		require.NoError(t, err, "kubectl %s: %s", strings.Join(args, " "), out)
 		return strings.TrimSpace(string(out))
 	}
-	admin := "--kubeconfig=" + rcp.Kubeconfig
+	// The admin's kubeconfig names its CA by file, as many do (the test
+	// node's does): the recipe must read it either way.
+	cfg, err := clientcmd.LoadFromFile(rcp.Kubeconfig)
+	require.NoError(t, err)
+	cluster := cfg.Clusters[cfg.Contexts[cfg.CurrentContext].Cluster]
+	cluster.CertificateAuthority = filepath.Join(dir, "admin-ca.crt")
+	require.NoError(t, os.WriteFile(cluster.CertificateAuthority, cluster.CertificateAuthorityData, 0o600))
+	cluster.CertificateAuthorityData = nil
+	require.NoError(t, clientcmd.WriteToFile(*cfg, filepath.Join(dir, "admin.kubeconfig")))
+	admin := "--kubeconfig=" + filepath.Join(dir, "admin.kubeconfig")
+
 	run(admin, "apply", "-f", "../deploy/base/namespace.yaml", "-f", "../deploy/base/rbac.yaml")
 	token := run(admin, "-n", "lvm-agent", "create", "token", "lvm-agent", "--duration=8760h")
 	server := run(admin, "config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}")
-	cfg, err := clientcmd.LoadFromFile(rcp.Kubeconfig)
+	caData := run(admin, "config", "view", "--minify", "--flatten", "-o", "jsonpath={.clusters[0].cluster.certificate-authority-data}")
+	pem, err := base64.StdEncoding.DecodeString(caData)
 	require.NoError(t, err)
+	require.NotEmpty(t, pem, "the admin's CA")
 	ca := filepath.Join(dir, "ca.crt")
-	require.NoError(t, os.WriteFile(ca, cfg.Clusters[cfg.Contexts[cfg.CurrentContext].Cluster].CertificateAuthorityData, 0o600))
+	require.NoError(t, os.WriteFile(ca, pem, 0o600))
 
 	k := "--kubeconfig=" + filepath.Join(dir, "lvm-agent.kubeconfig")
 	run("config", k, "set-cluster", "cluster", "--server="+server, "--certificate-authority="+ca, "--embed-certs=true")

@@ -206,7 +206,7 @@ YAML
   local token server kc=/etc/lvm-agent/kubeconfig
   token=$(token)
   server=$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}')
-  kubectl config view --minify --raw -o jsonpath='{.clusters[0].cluster.certificate-authority-data}' | base64 -d >"$k/ca.crt"
+  kubectl config view --minify --flatten -o jsonpath='{.clusters[0].cluster.certificate-authority-data}' | base64 -d >"$k/ca.crt"
   mkdir -p /etc/lvm-agent
   kubectl config --kubeconfig=$kc set-cluster cluster --server="$server" --certificate-authority="$k/ca.crt" --embed-certs=true >/dev/null
   kubectl config --kubeconfig=$kc set-credentials lvm-agent --token="$token" >/dev/null
