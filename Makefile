@@ -130,7 +130,10 @@ chaos:
 # StatefulSet's fsync'd writers and claims churning; the cluster started
 # again on its state on the disk, audited); then the agent, lvmd, kubelet,
 # containerd and kube-apiserver killed during bursts on the cluster of make
-# demo, each round audited (scripts/vm/faults.sh).
+# demo, each round audited; lvmd away, the VG full; the bare-metal nodes
+# (scripts/vm/faults.sh: about an hour and a half under TCG). make test
+# runs its power cut and its kills in one burst in its own guest run
+# (docs/operations.md "What make test runs of them").
 test-faults:
 	scripts/vm/faults.sh
 
