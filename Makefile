@@ -132,9 +132,8 @@ chaos:
 # containerd and kube-apiserver killed during bursts on the cluster of make
 # demo, each round audited; lvmd away, the VG full; the bare-metal nodes
 # (scripts/vm/faults.sh: its parts, run one by one, took over an hour in
-# all under TCG). make test
-# runs its power cut and its kills in one burst in its own guest run
-# (docs/operations.md "What make test runs of them").
+# all under TCG). make test runs its power cut and its kills in one burst
+# in its own guest run (docs/operations.md "What make test runs of them").
 test-faults:
 	scripts/vm/faults.sh
 
