@@ -126,6 +126,13 @@ round_gone() { # round_gone PVS UIDS: those PVs and the LVs of those claims gone
   ! volumes -o lv_tags | grep -q -E "lvm-agent\.pvc\.($uids)(,|[[:space:]]*\$)"
 }
 
+# make_foreign: vg1/foreign, an LV that is not lvm-agent's, with 1 MiB of
+# random bytes; sets foreign_before, what the audit compares it with.
+make_foreign() {
+  show lvm lvcreate -q -y -n foreign -L 8M --addtag owner=someone-else vg1
+  head -c 1048576 /dev/urandom >/dev/vg1/foreign && sync
+  foreign_before=$(foreign_state)
+}
 # audit N: one row of counts for the whole node, each must be 0; N claims live.
 foreign_state() { echo "$(lvm lvs --noheadings -o lv_uuid,lv_tags vg1/foreign 2>&1) $(head -c 1048576 /dev/vg1/foreign 2>&1 | md5sum)"; }
 audit() {
@@ -231,9 +238,7 @@ node_kills() {
   step "Faults: an LV that is not lvm-agent's, which nothing may touch, and 20 claims to delete in the first round" \
     "The claims name this node (volume.kubernetes.io/selected-node), as the scheduler would: provisioned without Pods."
   show kubectl apply -f "$bin/deploy/examples/storageclass-thick.yaml"
-  show lvm lvcreate -q -y -n foreign -L 8M --addtag owner=someone-else vg1
-  head -c 1048576 /dev/urandom >/dev/vg1/foreign && sync
-  foreign_before=$(foreign_state)
+  make_foreign
   burst_yaml base | kubectl apply -f - >/dev/null
   within 600 "20 claims of round base Bound" round_bound base
   audit 20

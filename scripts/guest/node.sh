@@ -610,9 +610,7 @@ step "Ten PVCs and Pods at once while the node's parts are killed" \
   "make test-faults' kills in one burst: while the claims are provisioned and the Pods start, kill -9 of the lvmd sidecar," \
   "the agent's Pod deleted, kill -9 of kubelet, of containerd and of kube-apiserver (each started again, as a node's" \
   "service manager does, before the next). An LV that is not lvm-agent's must come out untouched."
-show lvm lvcreate -q -y -n foreign -L 8M --addtag owner=someone-else vg1
-head -c 1048576 /dev/urandom >/dev/vg1/foreign && sync
-foreign_before=$(foreign_state)
+make_foreign
 for i in $(seq 1 10); do
   pvc_yaml "many-$i" 64Mi lvm-thick Filesystem many
   pod_yaml "many-$i" "echo claim $i >/data/file && sync /data/file" "many-$i" many

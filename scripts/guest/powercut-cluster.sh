@@ -182,9 +182,8 @@ pc_write() {
   local pods p uid claim pv paths=() n
   step "Power cut: an LV that is not lvm-agent's (foreign), which nothing may touch"
   show kubectl apply -f "$bin/deploy/examples/storageclass-thick.yaml"
-  show lvm lvcreate -q -y -n foreign -L 8M --addtag owner=someone-else vg1
-  head -c 1048576 /dev/urandom >/dev/vg1/foreign && sync
-  foreign_state >"$PC/foreign-before"
+  make_foreign
+  echo "$foreign_before" >"$PC/foreign-before"
 
   step "Power cut: a StatefulSet of 3 writers, each appending checksummed, fsync'd records to its claim"
   pc_sts_yaml >"$CLUSTER_DIR/pc-sts.yaml"
