@@ -87,7 +87,9 @@ func TestNodeCapacityWrites(t *testing.T) {
 	waitTopology(t, n.name, wantTopology(1<<30, 2<<30))
 	require.NoError(t, n.create(t, "default", "cap-writes", spec("lv-cap-writes", "4Mi")))
 	waitTopology(t, n.name, wantTopology(1<<30-4<<20, 2<<30))
-	m := scrape(t, addr)
+	// The agent counts a write when its answer arrives, which can be after
+	// the test has read the Node: wait for the count, then check it.
+	m := waitMetricFunc(t, addr, `lvm_agent_api_writes_total{object="node",result="ok"}`, func(v float64) bool { return v >= 2 })
 	assert.Equal(t, 2.0, m[`lvm_agent_api_writes_total{object="node",result="ok"}`], "initial report + one change")
 
 	node, err := cp.Client.CoreV1().Nodes().Get(context.Background(), n.name, metav1.GetOptions{})

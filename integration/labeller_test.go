@@ -72,7 +72,9 @@ func TestLabellerHybrid(t *testing.T) {
 	got, err := cp.Client.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, kube.NodeLabelValue(n.name), got.Labels[kube.LabelNode])
-	m := scrape(t, addr)
+	// A write is counted when its answer arrives, which can be after the
+	// test saw it: wait for the count, then check it.
+	m := waitMetricFunc(t, addr, `lvm_agent_kube_requests_total{code="200",resource="persistentvolumeclaims",verb="patch"}`, func(v float64) bool { return v >= 1 })
 	assert.Zero(t, m[`lvm_agent_unlabelled_requests_total{resource="persistentvolumeclaims"}`], "not found by a sweep")
 	assert.Zero(t, m[`lvm_agent_unlabelled_requests_total{resource="persistentvolumes"}`])
 	assert.Equal(t, 1.0, m[`lvm_agent_kube_requests_total{code="200",resource="persistentvolumeclaims",verb="patch"}`], "one answer")
