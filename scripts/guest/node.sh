@@ -214,7 +214,8 @@ YAML
   kubectl config --kubeconfig=$kc use-context lvm-agent >/dev/null
   show kubectl --kubeconfig=$kc auth can-i patch persistentvolumeclaims
   [ "$(kubectl --kubeconfig=$kc auth can-i delete persistentvolumeclaims || true)" = no ]
-  install -m 0755 "$bin/lvm-agent" /usr/local/bin/lvm-agent
+  cp "$bin/lvm-agent" /usr/local/bin/lvm-agent # the docs' install(1): the guest has none
+  chmod 0755 /usr/local/bin/lvm-agent
   sed "s/^NODE_NAME=.*/NODE_NAME=$(hostname)/" "$bin/deploy/systemd/lvm-agent.env" >/etc/lvm-agent/lvm-agent.env
   show grep -v -e '^#' -e '^$' /etc/lvm-agent/lvm-agent.env
   # systemd's ExecStart: ${VAR} one word, $VAR split on spaces, as bash does here.
