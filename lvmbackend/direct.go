@@ -262,8 +262,11 @@ func (d *Direct) volume(ctx context.Context, c DirectClass, vg *lvmmeta.VG, lv *
 	if c.ThinPool == "" && lv.Pool != "" || c.ThinPool != "" && lv.Pool != c.ThinPool {
 		return Volume{}, false, buf, nil
 	}
+	// Path: lvs' lv_path, which lvmd's GetLVList reports (the agent's
+	// created answer carries it as volume.device): lvm's device directory,
+	// the VG and the LV, active or not.
 	v := Volume{DeviceClass: c.Name, Name: lv.Name, SizeBytes: int64(min(vg.SizeBytes(lv), math.MaxInt64)),
-		Origin: lv.Origin, Pool: lv.Pool}
+		Origin: lv.Origin, Pool: lv.Pool, Path: "/dev/" + vg.Name + "/" + lv.Name}
 	if len(lv.Tags) > 0 {
 		v.Tags = slices.Clone(lv.Tags)
 		slices.Sort(v.Tags) // as lvs prints them

@@ -108,12 +108,12 @@ func TestDirectReads(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, &Volume{DeviceClass: "thick", Name: "lin", SizeBytes: 12 << 20,
 		Tags:     []string{"a\"quote\\back", "lvm-agent.io/owned", "odd:tag=with/chars&more#"}, // sorted, as lvs prints them
-		DevMajor: 254, DevMinor: 1, Attr: "owi-aos---"}, v)
+		DevMajor: 254, DevMinor: 1, Attr: "owi-aos---", Path: "/dev/vg0/lin"}, v)
 
 	v, err = f.d.GetVolume(ctx, "thin", "tsnap")
 	require.NoError(t, err)
 	assert.Equal(t, &Volume{DeviceClass: "thin", Name: "tsnap", SizeBytes: 32 << 20, Attr: "Vwi---tz-k",
-		Origin: "thin", Pool: "pool"}, v, "inactive thin snapshot")
+		Origin: "thin", Pool: "pool", Path: "/dev/vg0/tsnap"}, v, "inactive thin snapshot")
 
 	for _, c := range []struct{ class, name string }{
 		{"thick", "thin"},          // a thin LV is not in the thick class

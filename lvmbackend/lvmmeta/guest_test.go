@@ -206,6 +206,12 @@ func TestGuestCorruptHeader(t *testing.T) {
 	v, err := direct.GetVolume(ctx, "bench", "x")
 	require.NoError(t, err)
 	assert.Equal(t, []string{"t"}, v.Tags)
+	// The device path, which the agent's created answer carries
+	// (volume.device), as lvmd's GetLVList has it (an inactive LV too).
+	viaLVMD, err := lvmd.GetVolume(ctx, "bench", "x")
+	require.NoError(t, err)
+	assert.Equal(t, "/dev/"+vgName+"/x", viaLVMD.Path)
+	assert.Equal(t, viaLVMD.Path, v.Path, "lvmd's device path")
 	metrics(`# HELP lvm_agent_lvm_metadata_direct 1 while the last read was answered from the on-disk LVM metadata, 0 after a fallback to lvmd.
 # TYPE lvm_agent_lvm_metadata_direct gauge
 lvm_agent_lvm_metadata_direct 1
