@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -201,6 +202,17 @@ func requireAnswered(t *testing.T, obj metav1.Object, state string) {
 	assert.Equal(t, state, ann[kube.AnnLifecycle])
 	assert.NotContains(t, ann, kube.AnnError)
 	assert.NotContains(t, ann, kube.AnnReason)
+	if _, pvc := obj.(*corev1.PersistentVolumeClaim); pvc && state == kube.StateCreated {
+		// The device a provisioner puts in the PV: this LV's block device.
+		spec, err := kube.ParseCreateSpec(ann[kube.AnnSpec])
+		require.NoError(t, err)
+		dev := ann[kube.AnnDevice]
+		assert.Equal(t, spec.Name, path.Base(dev), "volume.device %q names the LV", dev)
+		fi, err := os.Stat(dev)
+		if assert.NoError(t, err, "volume.device") {
+			assert.NotZero(t, fi.Mode()&os.ModeDevice, "volume.device %s is a device", dev)
+		}
+	}
 }
 
 // requireFailed checks a "failed" answer: the error the provisioner helper
