@@ -44,7 +44,7 @@ pids() { local f c; for f in /proc/[0-9]*/comm; do read -r c 2>/dev/null <"$f" &
 kill9() {
   local p killed=0
   for p in $(pids "$1"); do
-    [ -z "${2:-}" ] || tr '\0' '\n' <"/proc/$p/cmdline" 2>/dev/null | grep -q -- "^$2" || continue
+    [ -z "${2:-}" ] || grep -q -- "^$2" < <(tr '\0' '\n' <"/proc/$p/cmdline" 2>/dev/null) || continue
     ! kill -9 "$p" 2>/dev/null || killed=$((killed + 1))
   done
   echo "killed $killed $1 process(es)"
@@ -53,20 +53,25 @@ kill9() {
 
 # lvmd_away SECONDS: no lvmd for SECONDS; each look asks the Node's
 # capacity annotation and the agent's metric (at its Pod's IP) whether
-# they say so. Its commands never fail (node.sh's ERR trap).
+# they say so. Its commands never fail (node.sh's ERR trap). Each answer
+# is read whole before grep looks at it: with pipefail, "wget | grep -q"
+# fails when grep stops at its match while wget still writes (SIGPIPE),
+# which made this look miss lvm_agent_lvmd_reachable 0 in a run of
+# 1e1ee72.
 lvmd_away() {
-  local end=$((SECONDS + $1)) ip said=no metric=no
+  local end=$((SECONDS + $1)) ip said=no metric=no looks=0 got
   ip=127.0.0.1 # the systemd unit's --metrics-address; else the agent's Pod
   [ "$install" = systemd ] || ip=$(kubectl -n lvm-agent get pods -l app.kubernetes.io/name=lvm-agent -o jsonpath='{.items[0].status.podIP}')
   while [ $SECONDS -lt $end ]; do
     kill9 lvmd >/dev/null || true # none between kubelet's restarts
-    kubectl get node "$(hostname)" -o jsonpath='{.metadata.annotations.csi\.alibabacloud\.com/storage-topology}' 2>/dev/null |
-      grep -q '"lvmdUnreachable":true' && said=yes
-    wget -q -O - "http://$ip:8495/metrics" 2>/dev/null |
-      grep -qx 'lvm_agent_lvmd_reachable 0' && metric=yes
+    looks=$((looks + 1))
+    got=$(kubectl get node "$(hostname)" -o jsonpath='{.metadata.annotations.csi\.alibabacloud\.com/storage-topology}' 2>/dev/null || true)
+    ! grep -q '"lvmdUnreachable":true' <<<"$got" || said=yes
+    got=$(wget -q -O - "http://$ip:8495/metrics" 2>/dev/null || true)
+    ! grep -qx 'lvm_agent_lvmd_reachable 0' <<<"$got" || metric=yes
     sleep 2
   done
-  echo "lvmd away ${1} s: Node capacity annotation said lvmdUnreachable: $said; lvm_agent_lvmd_reachable 0: $metric"
+  echo "lvmd away ${1} s, $looks looks: Node capacity annotation said lvmdUnreachable: $said; lvm_agent_lvmd_reachable 0: $metric"
   [ $said = yes ] && [ $metric = yes ]
 }
 
@@ -123,7 +128,8 @@ round_gone() { # round_gone PVS UIDS: those PVs and the LVs of those claims gone
   left=$(kubectl get pv -o name 2>/dev/null || echo unreachable)
   [ "$left" != unreachable ] || return 1
   for pv in $pvs; do ! grep -qx "persistentvolume/$pv" <<<"$left" || return 1; done
-  ! volumes -o lv_tags | grep -q -E "lvm-agent\.pvc\.($uids)(,|[[:space:]]*\$)"
+  left=$(volumes -o lv_tags) || return 1 # whole, not piped to grep -q (lvmd_away)
+  ! grep -q -E "lvm-agent\.pvc\.($uids)(,|[[:space:]]*\$)" <<<"$left"
 }
 
 # make_foreign: vg1/foreign, an LV that is not lvm-agent's, with 1 MiB of

@@ -669,7 +669,7 @@ show fault agent
 show kubectl get pv
 # shellcheck disable=SC2086 # one word per PV
 within 900 "the ten PVs gone" kubectl wait --for=delete $pvs --timeout=60s
-only_foreign() { ! volumes -o lv_name | grep -qvxE '[[:space:]]*foreign'; }
+only_foreign() { local l; l=$(volumes -o lv_name) && ! grep -qvxE '[[:space:]]*(foreign)?' <<<"$l"; } # not piped: see lvmd_away
 within 120 "the ten LVs gone" only_foreign
 n=$((SECONDS - t))
 show lvm lvs vg1

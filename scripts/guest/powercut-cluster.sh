@@ -59,7 +59,7 @@ pc_state() {
     # Nothing here has run an lvchange or vgchange: setup-lvm.sh leaves a
     # VG it finds alone.
     lvm lvs --noheadings -o lv_name,lv_active vg1 | tee "$PC/lvs-at-boot"
-    ! awk '$2 != "active"' "$PC/lvs-at-boot" | grep -q . || { echo "powercut: LVs not active after the boot"; return 1; }
+    [ -z "$(awk '$2 != "active"' "$PC/lvs-at-boot")" ] || { echo "powercut: LVs not active after the boot"; return 1; }
     step "The node's state mounted again from vg1/node-state (ext4 replays its journal)"
   fi
   mkdir -p "$STATE_MNT"
