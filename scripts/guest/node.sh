@@ -130,6 +130,8 @@ dump() {
   for f in "$CLUSTER_DIR"/logs/*.log; do echo "--- $f"; tail -n 15 "$f"; done
   # Whole logs for the host (scripts/vm/node.sh keeps the share).
   ! grep -q ' /share ' /proc/mounts || cp -r "$CLUSTER_DIR/logs" /share/cluster-logs
+  # and the agent's and the provisioner's, whole (this boot's)
+  ! grep -q ' /share ' /proc/mounts || cp -r /var/log/pods/lvm-agent_* /share/cluster-logs/ 2>/dev/null || true
 }
 trap 'dump $LINENO' ERR
 

@@ -276,6 +276,9 @@ pc_check() {
   show kubectl get pod -A -o wide
   within 1800 "each writer running again and every request final" pc_recovered
   : >"$PC/recovered" # its time on the host: the recovery's end
+  # This boot's logs of the agent and the provisioner, for the host
+  # (faults.sh's share, powercut/pod-logs): what the recovery waited on.
+  mkdir -p "$PC/pod-logs" && cp -r /var/log/pods/lvm-agent_* "$PC/pod-logs/" 2>/dev/null || true
   echo "recovered: $(($(date +%s) - $(cut -d. -f1 "$PC/cut-at" 2>/dev/null || date +%s))) s after the cut (the guest's clock)"
   show kubectl get pod -l pc=writer -o wide
   show kubectl -n lvm-agent get pods
