@@ -128,10 +128,12 @@ dump() {
   kubectl get events -A --sort-by=.lastTimestamp 2>&1 | tail -n 30 || true
   kubectl -n lvm-agent logs ds/lvm-agent --all-containers --tail 20 2>&1 || true
   for f in "$CLUSTER_DIR"/logs/*.log; do echo "--- $f"; tail -n 15 "$f"; done
-  # Whole logs for the host (scripts/vm/node.sh keeps the share).
-  ! grep -q ' /share ' /proc/mounts || cp -r "$CLUSTER_DIR/logs" /share/cluster-logs
-  # and the agent's and the provisioner's, whole (this boot's)
-  ! grep -q ' /share ' /proc/mounts || cp -r /var/log/pods/lvm-agent_* /share/cluster-logs/ 2>/dev/null || true
+  # Whole logs for the host (scripts/vm/node.sh keeps the share), with
+  # this boot's of the agent and the provisioner.
+  if grep -q ' /share ' /proc/mounts; then
+    cp -r "$CLUSTER_DIR/logs" /share/cluster-logs
+    cp -r /var/log/pods/lvm-agent_* /share/cluster-logs/ 2>/dev/null || true
+  fi
 }
 trap 'dump $LINENO' ERR
 
