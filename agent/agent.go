@@ -40,6 +40,11 @@ type Config struct {
 	Workers       int
 	// LVMDCalls bounds the calls into lvmd at once (DefaultLVMDCalls).
 	LVMDCalls int
+	// ShareReads shares lvmd's listings among the requests that wait for
+	// them (lvmbackend.Shared), each kept for up to ReadMaxAge; only for a
+	// dialect whose one-LV lookup is a listing (topolvm's).
+	ShareReads bool
+	ReadMaxAge time.Duration
 	// OpTimeout bounds one lvmd call (its wait for a turn included).
 	OpTimeout time.Duration
 	// Devices, when not nil, cross-checks LVs with the kernel's device-mapper.
@@ -89,6 +94,18 @@ func New(cfg Config, client kubernetes.Interface, backend lvmbackend.Backend, re
 		cfg.LVMDCalls = DefaultLVMDCalls
 	}
 	backend = limitLVMDCalls(backend, cfg.LVMDCalls)
+	if metrics == nil {
+		metrics = NewMetrics(nil)
+	}
+	if cfg.ShareReads {
+		// Outside the bound: a request waiting for a shared listing holds
+		// no turn of lvmd's.
+		shared := lvmbackend.NewShared(backend, cfg.ReadMaxAge)
+		if metrics.reg != nil {
+			metrics.reg.MustRegister(shared)
+		}
+		backend = shared
+	}
 	if cfg.openCounts == nil && cfg.Devices != nil {
 		cfg.openCounts = cfg.Devices
 	}
@@ -100,9 +117,6 @@ func New(cfg Config, client kubernetes.Interface, backend lvmbackend.Backend, re
 	}
 	if cfg.WaitPoll <= 0 {
 		cfg.WaitPoll = 10 * time.Second
-	}
-	if metrics == nil {
-		metrics = NewMetrics(nil)
 	}
 	limiter := workqueue.NewTypedItemExponentialFailureRateLimiter[Key](cfg.BackoffBase, cfg.BackoffMax)
 	a := &Agent{cfg: cfg, client: client, backend: backend, recorder: recorder, inf: inf, metrics: metrics,

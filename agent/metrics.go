@@ -26,6 +26,8 @@ type Metrics struct {
 	answer      *prometheus.HistogramVec
 	// Bytes of thick clones copied (verified or not).
 	copied prometheus.Counter
+	// reg registers the collectors of the Backend's wrappers (nil: none).
+	reg prometheus.Registerer
 }
 
 // NewMetrics registers the metrics with reg (nil: not registered).
@@ -56,6 +58,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 1.25, 56)}, []string{"resource"}),
 		copied: prometheus.NewCounter(prometheus.CounterOpts{Name: "lvm_agent_clone_copied_bytes_total",
 			Help: "Bytes the agent copied into thick clones (a copy started again counts again)."}),
+		reg: reg,
 	}
 	if reg != nil {
 		reg.MustRegister(m.ops, m.duration, m.writes, m.retries, m.synced, m.queue, m.queueAdds, m.queueLat, m.queueWork,

@@ -103,6 +103,14 @@ func UpdateNodeWithAnnotations(ctx context.Context, c kubernetes.Interface, name
 	return patch(ctx, c.CoreV1().Nodes().Patch, "Node "+name, name, resourceVersion, annotations, nil)
 }
 
+// NudgePod writes value as AnnResizeNudge on pod: one key, conditional on
+// the resourceVersion pod was read at.
+func NudgePod(ctx context.Context, c kubernetes.Interface, pod *corev1.Pod, value string) error {
+	_, err := patch(ctx, c.CoreV1().Pods(pod.Namespace).Patch, "Pod "+pod.Namespace+"/"+pod.Name, pod.Name, pod.ResourceVersion,
+		Set(map[string]string{AnnResizeNudge: value}), nil)
+	return err
+}
+
 // LabelRequest writes the volume.node label, value, on an unlabelled PVC or
 // PV (the labeller's only write): a merge patch of that one label,
 // conditional on the resourceVersion obj was read at, so that it never lands

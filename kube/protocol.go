@@ -27,6 +27,11 @@ const (
 	AnnSize         = Prefix + "volume.size"
 	LabelNode       = Prefix + "volume.node"
 	AnnSelectedNode = "volume.kubernetes.io/selected-node"
+	// AnnResizeNudge is written by the provisioner on a running Pod whose
+	// claim waits for kubelet to grow its filesystem: "CLAIM=SIZE". A
+	// changed annotation makes kubelet sync the Pod at once, which grows
+	// the filesystem, instead of at its next periodic sync (up to 90 s).
+	AnnResizeNudge = Prefix + "volume.resize-nudge"
 )
 
 // Lifecycle states.

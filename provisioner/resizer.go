@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
@@ -127,7 +128,14 @@ func RunResizer(ctx context.Context, client kubernetes.Interface, r *Resizer, wo
 	rc := resizecontroller.NewResizeController(r.Name(), r, client, 10*time.Minute, factory,
 		workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Second, 5*time.Minute),
 		false /* no offline-only volumes: the LV grows under a running Pod */, 5*time.Minute)
+	nudger, err := NewNudger(client, r.Name(), factory, prometheus.DefaultRegisterer)
+	if err != nil {
+		klog.ErrorS(err, "Kubelet will not be nudged after a grow: filesystems grow at its next sync of the Pod")
+	}
 	factory.Start(ctx.Done())
+	if nudger != nil {
+		go nudger.Run(ctx)
+	}
 	var wg sync.WaitGroup
 	rc.Run(max(workers, 1), ctx, &wg)
 	wg.Wait()

@@ -1,0 +1,322 @@
+package lvmbackend
+
+import (
+	"context"
+	"errors"
+	"path"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Shared is a Backend that shares the node's reads among the requests that
+// wait for them at the same moment. topolvm's lvmd has no one-LV lookup:
+// each GetLVList forks `lvs` over the whole volume group, and each
+// Capacity opens a Watch stream (`lvm fullreport`). With one listing per
+// request, a burst of N requests waits for N listings in a row (the
+// cluster power cut's recovery: eight workers answered in bursts of eight,
+// 90 s apart).
+//
+// What it shares, per device class:
+//   - ListVolumes (what a create reads: names, tags, sizes) is answered
+//     from the class's last listing while it is younger than MaxAge. The
+//     agent's own writes through this Backend are applied to it as they
+//     succeed (an LV made, removed, grown), so a burst of this agent's
+//     creates costs one listing, not one each. A write whose outcome is
+//     unknown (an error) drops the listing. Changes made by anything else
+//     on the node are seen within MaxAge; a create cannot hurt them even
+//     then, because lvcreate refuses a name that is taken and the agent
+//     judges that refusal by a fresh GetVolume.
+//   - GetVolume (what a delete, a grow and the check after a failed create
+//     read: lv_attr, dependents, the LV's current state) always reads a
+//     listing that began after the call did; every GetVolume waiting at that
+//     moment shares that one listing.
+//   - Capacity is answered from an answer younger than MaxAge: the agent
+//     reads it for the names of the device classes.
+//
+// google/lvmd has a one-LV lookup and cannot list a VG that holds a thin
+// pool, so Shared serves topolvm's dialect (and direct reads over it) only.
+// A hand-written single flight rather than x/sync/singleflight: a caller
+// here must never join a listing that began before it asked (GetVolume), and
+// a listing that began before one of this agent's writes ended must have
+// that write applied, which singleflight's shared result cannot express.
+type Shared struct {
+	Backend
+	// MaxAge bounds how old a listing ListVolumes and Capacity answer from
+	// may be. 0 shares only the listings in flight.
+	maxAge time.Duration
+	now    func() time.Time
+
+	mu      sync.Mutex
+	classes map[string]*listing
+	caps    []Capacity
+	capsAt  time.Time
+
+	lists *prometheus.CounterVec
+}
+
+var _ Backend = (*Shared)(nil)
+
+// listing is one device class's last listing and the one in flight.
+type listing struct {
+	vols []Volume
+	kept bool // vols is a listing, at is when it began
+	at   time.Time
+	// epoch counts the writes whose outcome is unknown: a listing that
+	// began in an earlier epoch is not kept.
+	epoch  uint64
+	flight *flight
+}
+
+// flight is one GetLVList in progress. Writes that succeed while it runs
+// are journalled and replayed on its answer: each is idempotent (an LV put
+// or dropped by name), so it does not matter whether lvmd's listing saw it.
+type flight struct {
+	done    chan struct{}
+	started time.Time
+	epoch   uint64
+	journal []func([]Volume) []Volume
+	vols    []Volume
+	err     error
+}
+
+// NewShared wraps b.
+func NewShared(b Backend, maxAge time.Duration) *Shared {
+	s := &Shared{Backend: b, maxAge: maxAge, now: time.Now, classes: map[string]*listing{},
+		lists: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lvm_agent_lvmd_lists_total",
+			Help: "Listings of a device class asked of lvmd (fetched), and reads answered by one shared with other requests (shared)."}, []string{"read"}),
+	}
+	return s
+}
+
+// Describe and Collect make lvm_agent_lvmd_lists_total registrable.
+func (s *Shared) Describe(ch chan<- *prometheus.Desc) { s.lists.Describe(ch) }
+
+// Collect: see Describe.
+func (s *Shared) Collect(ch chan<- prometheus.Metric) { s.lists.Collect(ch) }
+
+func (s *Shared) class(dc string) *listing {
+	l := s.classes[dc]
+	if l == nil {
+		l = &listing{}
+		s.classes[dc] = l
+	}
+	return l
+}
+
+// ListVolumes answers from a listing younger than MaxAge, or else shares
+// the next one.
+func (s *Shared) ListVolumes(ctx context.Context, deviceClass string) ([]Volume, error) {
+	s.mu.Lock()
+	l := s.class(deviceClass)
+	if l.kept && s.now().Sub(l.at) < s.maxAge {
+		vols := clone(l.vols)
+		s.mu.Unlock()
+		s.lists.WithLabelValues("shared").Inc()
+		return vols, nil
+	}
+	s.mu.Unlock()
+	return s.fresh(ctx, deviceClass, time.Time{})
+}
+
+// GetVolume reads a listing that began after the call.
+func (s *Shared) GetVolume(ctx context.Context, deviceClass, name string) (*Volume, error) {
+	vols, err := s.fresh(ctx, deviceClass, s.now())
+	if err != nil {
+		return nil, err
+	}
+	for i := range vols {
+		if vols[i].Name == name {
+			return &vols[i], nil
+		}
+	}
+	return nil, &Error{Op: "get " + deviceClass + "/" + name, Kind: ErrNotFound}
+}
+
+// fresh returns a listing that began at or after since: the one in flight
+// when it did, or else the next one, which this call starts.
+func (s *Shared) fresh(ctx context.Context, dc string, since time.Time) ([]Volume, error) {
+	s.mu.Lock()
+	l := s.class(dc)
+	f := l.flight
+	if f != nil && (f.started.Before(since) || f.epoch != l.epoch) {
+		// Too old for this caller: wait for it to end, then start the next
+		// (others arriving meanwhile share that one).
+		s.mu.Unlock()
+		if err := wait(ctx, f); err != nil {
+			return nil, err
+		}
+		return s.fresh(ctx, dc, since)
+	}
+	if f != nil {
+		s.mu.Unlock()
+		s.lists.WithLabelValues("shared").Inc()
+		if err := wait(ctx, f); err != nil {
+			return nil, err
+		}
+		return clone(f.vols), f.err
+	}
+	f = &flight{done: make(chan struct{}), started: s.now(), epoch: l.epoch}
+	l.flight = f
+	s.mu.Unlock()
+
+	s.lists.WithLabelValues("fetched").Inc()
+	vols, err := s.Backend.ListVolumes(ctx, dc)
+
+	s.mu.Lock()
+	for _, apply := range f.journal {
+		vols = apply(vols)
+	}
+	f.vols, f.err = vols, err
+	l.flight = nil
+	if err == nil && f.epoch == l.epoch {
+		l.vols, l.kept, l.at = clone(vols), true, f.started
+	} else {
+		l.vols, l.kept = nil, false
+	}
+	s.mu.Unlock()
+	close(f.done)
+	return clone(vols), err
+}
+
+func wait(ctx context.Context, f *flight) error {
+	select {
+	case <-f.done:
+		return nil
+	case <-ctx.Done():
+		return &Error{Op: "list", Kind: ErrUnavailable, Cause: ctx.Err()}
+	}
+}
+
+// wrote records a write's effect on a class: apply (idempotent) on the
+// kept listing and on the one in flight, or, with apply nil (an unknown
+// outcome), drop both.
+func (s *Shared) wrote(dc string, apply func([]Volume) []Volume) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.class(dc)
+	if apply == nil {
+		l.vols, l.kept = nil, false
+		l.epoch++
+		return
+	}
+	if l.kept {
+		l.vols = apply(l.vols)
+	}
+	if l.flight != nil {
+		l.flight.journal = append(l.flight.journal, apply)
+	}
+}
+
+// put is the write of an LV lvmd answered for: its answer has neither
+// lv_attr nor, from topolvm's CreateLV, the path, which is filled from its
+// class's other LVs (lvmd reports every LV of a VG as /dev/VG/NAME). An
+// lv_attr left empty makes the agent check dependents by a fresh read.
+func put(v Volume) func([]Volume) []Volume {
+	return func(vols []Volume) []Volume {
+		if i := slices.IndexFunc(vols, func(o Volume) bool { return o.Name == v.Name }); i >= 0 {
+			return slices.Replace(vols, i, i+1, v)
+		}
+		if v.Path == "" && len(vols) > 0 && vols[0].Path != "" {
+			v.Path = path.Join(path.Dir(vols[0].Path), v.Name)
+		}
+		return append(vols, v)
+	}
+}
+
+func drop(name string) func([]Volume) []Volume {
+	return func(vols []Volume) []Volume {
+		return slices.DeleteFunc(vols, func(o Volume) bool { return o.Name == name })
+	}
+}
+
+// CreateVolume creates and records the LV; its answer gets the path its
+// class's listing implies when lvmd's answer had none.
+func (s *Shared) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, error) {
+	v, err := s.Backend.CreateVolume(ctx, req)
+	if err != nil {
+		s.wrote(req.DeviceClass, nil)
+		return nil, err
+	}
+	s.wrote(req.DeviceClass, put(*v))
+	if v.Path == "" {
+		s.mu.Lock()
+		if l := s.classes[req.DeviceClass]; l.kept {
+			if i := slices.IndexFunc(l.vols, func(o Volume) bool { return o.Name == v.Name }); i >= 0 {
+				v.Path = l.vols[i].Path
+			}
+		}
+		s.mu.Unlock()
+	}
+	return v, nil
+}
+
+// SnapshotVolume makes and records the snapshot; the source's listed
+// lv_attr no longer holds (it is an origin now), so the listing is dropped.
+func (s *Shared) SnapshotVolume(ctx context.Context, req SnapshotRequest) (*Volume, error) {
+	v, err := s.Backend.SnapshotVolume(ctx, req)
+	s.wrote(req.DeviceClass, nil)
+	return v, err
+}
+
+// RemoveVolume removes and records; a missing LV is gone all the same.
+func (s *Shared) RemoveVolume(ctx context.Context, deviceClass, name string) error {
+	err := s.Backend.RemoveVolume(ctx, deviceClass, name)
+	if err == nil || errors.Is(err, ErrNotFound) {
+		s.wrote(deviceClass, drop(name))
+	} else {
+		s.wrote(deviceClass, nil)
+	}
+	return err
+}
+
+// ResizeVolume grows and records the new size.
+func (s *Shared) ResizeVolume(ctx context.Context, deviceClass, name string, sizeBytes int64) (int64, error) {
+	size, err := s.Backend.ResizeVolume(ctx, deviceClass, name, sizeBytes)
+	if err != nil {
+		s.wrote(deviceClass, nil)
+		return size, err
+	}
+	s.wrote(deviceClass, func(vols []Volume) []Volume {
+		for i := range vols {
+			if vols[i].Name == name {
+				vols[i].SizeBytes = max(vols[i].SizeBytes, size)
+			}
+		}
+		return vols
+	})
+	return size, nil
+}
+
+// Capacity answers from an answer younger than MaxAge.
+func (s *Shared) Capacity(ctx context.Context) ([]Capacity, error) {
+	s.mu.Lock()
+	if s.caps != nil && s.now().Sub(s.capsAt) < s.maxAge {
+		caps := slices.Clone(s.caps)
+		s.mu.Unlock()
+		return caps, nil
+	}
+	s.mu.Unlock()
+	at := s.now()
+	caps, err := s.Backend.Capacity(ctx)
+	if err == nil {
+		s.mu.Lock()
+		s.caps, s.capsAt = slices.Clone(caps), at
+		s.mu.Unlock()
+	}
+	return caps, err
+}
+
+// clone copies a listing deeply enough that callers may change it.
+func clone(vols []Volume) []Volume {
+	if vols == nil {
+		return nil
+	}
+	out := slices.Clone(vols)
+	for i := range out {
+		out[i].Tags = slices.Clone(out[i].Tags)
+	}
+	return out
+}
