@@ -50,11 +50,12 @@ func helpDefaults(t *testing.T, args ...string) map[string]string {
 }
 
 var (
-	helpFlag    = regexp.MustCompile(`^  -(\S+)`)
+	helpFlag    = regexp.MustCompile(`^  --?(\S+)`)
 	helpDefault = regexp.MustCompile(`\(default ("(?:[^"\\]|\\.)*"|[^\s()]+)\)$`)
 )
 
-// parseHelp reads the flag package's PrintDefaults format.
+// parseHelp reads the flag package's PrintDefaults format, with --name as
+// printFlags writes it.
 func parseHelp(help string) map[string]string {
 	flags := map[string]string{}
 	name := ""
@@ -245,9 +246,8 @@ func TestDocumentedFlagsMatchHelp(t *testing.T) {
 	}
 }
 
-// The check fails when a documented default or flag drifts.
-func TestDocsDriftIsCaught(t *testing.T) {
-	help := parseHelp(`Usage of x:
+// driftHelp is the flag package's PrintDefaults output for a few flags.
+const driftHelp = `Usage of x:
   -workers int
     	requests handled in parallel (default 8)
   -sweep-interval duration
@@ -258,8 +258,13 @@ func TestDocsDriftIsCaught(t *testing.T) {
     	this node's name (default from $NODE_NAME, then $KUBE_NODE_NAME)
   -allow-untagged-delete
     	let deletes remove LVs
-`)
+`
+
+// The check fails when a documented default or flag drifts.
+func TestDocsDriftIsCaught(t *testing.T) {
+	help := parseHelp(driftHelp)
 	assert.Equal(t, map[string]string{"workers": "8", "sweep-interval": "30m0s", "backend": "topolvm", "node-name": "", "allow-untagged-delete": ""}, help)
+	assert.Equal(t, help, parseHelp(longFlag.ReplaceAllString(driftHelp, "  --$1")), "the help as printFlags prints it")
 	cmds := map[string]map[string]string{"x": help}
 	table := func(rows string) []docRow {
 		return docTables("<!-- flags: x -->\n| flag | default |\n|---|---|\n" + rows)[0].rows

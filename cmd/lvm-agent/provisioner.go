@@ -38,7 +38,7 @@ func provisionerMain(args []string) int {
 	fs := flag.NewFlagSet("lvm-agent provisioner", flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: lvm-agent provisioner [flags]\n\nTurns PVCs of StorageClasses whose provisioner is --name into LVs (through the agent on the\nnode the scheduler picked) and local PVs; grows the LV when its claim asks for more; removes the LV of a released PV of reclaim policy Delete.\n\nFlags:\n")
-		fs.PrintDefaults()
+		printFlags(fs)
 	}
 	o := provisionerOptions{}
 	fs.StringVar(&o.name, "name", kube.DefaultProvisioner, "provisioner name: the StorageClasses' provisioner, the CSIDriver object's name (for capacity-aware scheduling) and the Lease's")
