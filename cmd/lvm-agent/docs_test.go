@@ -24,7 +24,8 @@ import (
 // and each row names flags (`--x`, `-n`) and their default. Every flag a
 // row names must exist in one of those commands, with that default; the
 // tables of docs/operations.md (the reference) must also name every flag.
-var docFiles = map[string]bool{"../../README.md": false, "../../docs/operations.md": true} // file: must name every flag
+// The tables may stand in the README and in any file of docs/.
+const flagReference = "../../docs/operations.md"
 
 const runMainEnv = "LVM_AGENT_TEST_RUN_MAIN"
 
@@ -213,11 +214,16 @@ func TestDocumentedFlagsMatchHelp(t *testing.T) {
 		help[name] = helpDefaults(t, args...)
 		require.NotEmpty(t, help[name], name)
 	}
-	for file, complete := range docFiles {
+	files, err := filepath.Glob("../../docs/*.md")
+	require.NoError(t, err)
+	for _, file := range append(files, "../../README.md") {
+		complete := file == flagReference
 		text, err := os.ReadFile(file)
 		require.NoError(t, err)
 		tables := docTables(string(text))
-		require.NotEmpty(t, tables, "%s has flag tables", file)
+		if complete {
+			require.NotEmpty(t, tables, "%s has flag tables", file)
+		}
 		var problems []string
 		byCmd := map[string][]docRow{}
 		for _, tb := range tables {
@@ -297,7 +303,7 @@ var repoPath = regexp.MustCompile(`(?:^|[^A-Za-z0-9_./-])((?:deploy|charts|scrip
 // the README names every benchmark target of the Makefile.
 func TestDocsNameRealFiles(t *testing.T) {
 	files := []string{"../../README.md", "../../CHANGELOG.md"}
-	for _, glob := range []string{"../../docs/*.md", "../../deploy/*/*.yaml"} {
+	for _, glob := range []string{"../../docs/*.md", "../../docs/runs/*.md", "../../deploy/*/*.yaml"} {
 		m, err := filepath.Glob(glob)
 		require.NoError(t, err)
 		files = append(files, m...)
@@ -319,4 +325,32 @@ func TestDocsNameRealFiles(t *testing.T) {
 	for _, m := range targets {
 		assert.True(t, strings.Contains(string(readme), "make "+m[1]), "the README's list of benchmarks lacks make %s", m[1])
 	}
+	// Every make command a document names is a target of the Makefile.
+	defined := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^([a-z][a-z0-9 -]*):`).FindAllStringSubmatch(string(makefile), -1) {
+		for _, name := range strings.Fields(m[1]) {
+			defined[name] = true
+		}
+	}
+	for _, f := range files {
+		if !strings.HasSuffix(f, ".md") {
+			continue
+		}
+		text, err := os.ReadFile(f)
+		require.NoError(t, err)
+		named := makeInCode.FindAllStringSubmatch(string(text), -1)
+		for _, fence := range mdFence.FindAllString(string(text), -1) {
+			named = append(named, makeInFence.FindAllStringSubmatch(fence, -1)...)
+		}
+		for _, m := range named {
+			assert.True(t, defined[m[1]], "%s names make %s, which the Makefile does not define", f, m[1])
+		}
+	}
 }
+
+// A make command in a markdown text: in code (`make test`), or at the start
+// of a line of a code block.
+var (
+	makeInCode  = regexp.MustCompile("`make ([a-z][a-z0-9-]*)")
+	makeInFence = regexp.MustCompile(`(?m)^\s*make ([a-z][a-z0-9-]*)`)
+)
