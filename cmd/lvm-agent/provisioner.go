@@ -95,7 +95,7 @@ func controllerOptions(o provisionerOptions) []func(*controller.ProvisionControl
 		// the library's default (15 failures) a claim whose agent had not
 		// answered 15 attempts, e.g. while lvmd was away, was dropped and
 		// waited for an unrelated update of the claim or the 15-minute
-		// resync (bench-peers run 7, docs/bench-peers.md).
+		// resync (bench-peers run 7, docs/runs/bench-peers.md).
 		controller.FailedProvisionThreshold(0),
 		controller.FailedDeleteThreshold(0),
 		controller.MetricsPort(int32(o.metricsPort)),
