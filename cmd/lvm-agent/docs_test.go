@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -41,13 +40,9 @@ func TestMain(m *testing.M) {
 // as --help prints it ("" when the flag's default is its zero value).
 func helpDefaults(t *testing.T, args ...string) map[string]string {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], append(args, "--help")...)
-	// Defaults that come from the environment or the host are not the
-	// documentation's business beyond naming their source.
-	cmd.Env = append(os.Environ(), runMainEnv+"=1", "NODE_NAME=", "KUBE_NODE_NAME=", "LVM_AGENT_DEVICE_CLASS_MAP=", "KUBECONFIG=")
-	out, err := cmd.Output()
-	require.NoError(t, err, "--help exits 0")
-	return parseHelp(string(out))
+	code, out, _ := runSelf(t, append(args, "--help")...)
+	require.Equal(t, 0, code, "--help exits 0")
+	return parseHelp(out)
 }
 
 var (
@@ -299,15 +294,13 @@ func TestDocsDriftIsCaught(t *testing.T) {
 // the repository, then a path, then a file extension.
 var repoPath = regexp.MustCompile(`(?:^|[^A-Za-z0-9_./-])((?:deploy|charts|scripts|integration|docs|cmd|agent|kube|provisioner|lvmbackend)/[A-Za-z0-9_./+-]*[A-Za-z0-9_]\.(?:yaml|yml|md|sh|go|json|tpl|service|env))\b`)
 
-// The README, docs/ and the deploy/ manifests name files that exist, and
-// the README names every benchmark target of the Makefile.
+// The markdown files and the deploy/ manifests name files that exist, the
+// markdown files name make targets that exist, and the README names every
+// benchmark target of the Makefile.
 func TestDocsNameRealFiles(t *testing.T) {
-	files := []string{"../../README.md", "../../CHANGELOG.md"}
-	for _, glob := range []string{"../../docs/*.md", "../../docs/runs/*.md", "../../deploy/*/*.yaml"} {
-		m, err := filepath.Glob(glob)
-		require.NoError(t, err)
-		files = append(files, m...)
-	}
+	manifests, err := filepath.Glob("../../deploy/*/*.yaml")
+	require.NoError(t, err)
+	files := append(markdownFiles(t), manifests...)
 	for _, f := range files {
 		text, err := os.ReadFile(f)
 		require.NoError(t, err)
