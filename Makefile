@@ -68,7 +68,7 @@ demo-helm:
 demo-cli:
 	scripts/vm/demo-cli.sh
 
-# The same cluster and the whole scenario of issue 13 (docs/operations.md);
+# The same cluster and the whole scenario of issue 13 (docs/testing.md);
 # test-node is make test's step, node the verb to run it alone.
 node test-node:
 	scripts/vm/node.sh
@@ -83,7 +83,7 @@ bench-node:
 # lvm-agent beside TopoLVM v0.41.0 on that cluster (docs/bench-peers.md);
 # PEERS: scripts/guest/peers.sh's arguments (default: its own, 2 rounds).
 PEERS ?=
-# One round each took more than 5400 s in the guest (docs/bench-peers.md, run 5).
+# One round each took more than 5400 s in the guest (docs/runs/bench-peers.md, run 5).
 bench-peers:
 	scripts/vm/node.sh --timeout 10800 -- --mode peers --peers "$(PEERS)"
 
@@ -133,7 +133,7 @@ chaos:
 # demo, each round audited; lvmd away, the VG full; the bare-metal nodes
 # (scripts/vm/faults.sh: its parts, run one by one, took over an hour in
 # all under TCG). make test runs its power cut and its kills in one burst
-# in its own guest run (docs/operations.md "What make test runs of them").
+# in its own guest run (docs/testing.md "What make test runs of them").
 test-faults:
 	scripts/vm/faults.sh
 

@@ -30,7 +30,7 @@ const copyChunk = 8 << 20
 
 // copyBuffers: chunks in flight, one in each of copyChunks' three stages
 // and a spare, so that a read never waits for a hash (make bench-node
-// BENCH=clone times the copy beside dd; docs/operations.md).
+// BENCH=clone times the copy beside dd; docs/benchmarks.md).
 const copyBuffers = 4
 
 // ErrSourceInUse: the clone's source is open (a Pod uses it, or a mount or

@@ -353,7 +353,7 @@ func TestAdmission(t *testing.T) {
 	}
 
 	// The admin group is one literal, changed as a kustomize JSON 6902
-	// patch would (docs/operations.md shows it): the old group may no
+	// patch would (docs/install.md shows it): the old group may no
 	// longer ask, the new one may.
 	dyn, err := dynamic.NewForConfig(acp.Config)
 	require.NoError(t, err)

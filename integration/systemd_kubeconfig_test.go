@@ -16,7 +16,7 @@ import (
 	"github.com/lvm-agent/lvm-agent/integration/harness"
 )
 
-// docs/operations.md's recipe for the systemd agent's kubeconfig, with real
+// docs/install.md's recipe for the systemd agent's kubeconfig, with real
 // kubectl against a real API server that authorizes with RBAC (the token
 // variant: a Secret-held token needs kube-controller-manager, which this
 // control plane lacks).

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -24,7 +23,8 @@ import (
 // and each row names flags (`--x`, `-n`) and their default. Every flag a
 // row names must exist in one of those commands, with that default; the
 // tables of docs/operations.md (the reference) must also name every flag.
-var docFiles = map[string]bool{"../../README.md": false, "../../docs/operations.md": true} // file: must name every flag
+// The tables may stand in the README and in any file of docs/.
+const flagReference = "../../docs/operations.md"
 
 const runMainEnv = "LVM_AGENT_TEST_RUN_MAIN"
 
@@ -40,21 +40,18 @@ func TestMain(m *testing.M) {
 // as --help prints it ("" when the flag's default is its zero value).
 func helpDefaults(t *testing.T, args ...string) map[string]string {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], append(args, "--help")...)
-	// Defaults that come from the environment or the host are not the
-	// documentation's business beyond naming their source.
-	cmd.Env = append(os.Environ(), runMainEnv+"=1", "NODE_NAME=", "KUBE_NODE_NAME=", "LVM_AGENT_DEVICE_CLASS_MAP=", "KUBECONFIG=")
-	out, err := cmd.Output()
-	require.NoError(t, err, "--help exits 0")
-	return parseHelp(string(out))
+	code, out, _ := runSelf(t, append(args, "--help")...)
+	require.Equal(t, 0, code, "--help exits 0")
+	return parseHelp(out)
 }
 
 var (
-	helpFlag    = regexp.MustCompile(`^  -(\S+)`)
+	helpFlag    = regexp.MustCompile(`^  --?(\S+)`)
 	helpDefault = regexp.MustCompile(`\(default ("(?:[^"\\]|\\.)*"|[^\s()]+)\)$`)
 )
 
-// parseHelp reads the flag package's PrintDefaults format.
+// parseHelp reads the flag package's PrintDefaults format, with --name as
+// printFlags writes it.
 func parseHelp(help string) map[string]string {
 	flags := map[string]string{}
 	name := ""
@@ -212,11 +209,16 @@ func TestDocumentedFlagsMatchHelp(t *testing.T) {
 		help[name] = helpDefaults(t, args...)
 		require.NotEmpty(t, help[name], name)
 	}
-	for file, complete := range docFiles {
+	files, err := filepath.Glob("../../docs/*.md")
+	require.NoError(t, err)
+	for _, file := range append(files, "../../README.md") {
+		complete := file == flagReference
 		text, err := os.ReadFile(file)
 		require.NoError(t, err)
 		tables := docTables(string(text))
-		require.NotEmpty(t, tables, "%s has flag tables", file)
+		if complete {
+			require.NotEmpty(t, tables, "%s has flag tables", file)
+		}
 		var problems []string
 		byCmd := map[string][]docRow{}
 		for _, tb := range tables {
@@ -245,9 +247,8 @@ func TestDocumentedFlagsMatchHelp(t *testing.T) {
 	}
 }
 
-// The check fails when a documented default or flag drifts.
-func TestDocsDriftIsCaught(t *testing.T) {
-	help := parseHelp(`Usage of x:
+// driftHelp is the flag package's PrintDefaults output for a few flags.
+const driftHelp = `Usage of x:
   -workers int
     	requests handled in parallel (default 8)
   -sweep-interval duration
@@ -258,8 +259,13 @@ func TestDocsDriftIsCaught(t *testing.T) {
     	this node's name (default from $NODE_NAME, then $KUBE_NODE_NAME)
   -allow-untagged-delete
     	let deletes remove LVs
-`)
+`
+
+// The check fails when a documented default or flag drifts.
+func TestDocsDriftIsCaught(t *testing.T) {
+	help := parseHelp(driftHelp)
 	assert.Equal(t, map[string]string{"workers": "8", "sweep-interval": "30m0s", "backend": "topolvm", "node-name": "", "allow-untagged-delete": ""}, help)
+	assert.Equal(t, help, parseHelp(longFlag.ReplaceAllString(driftHelp, "  --$1")), "the help as printFlags prints it")
 	cmds := map[string]map[string]string{"x": help}
 	table := func(rows string) []docRow {
 		return docTables("<!-- flags: x -->\n| flag | default |\n|---|---|\n" + rows)[0].rows
@@ -288,15 +294,13 @@ func TestDocsDriftIsCaught(t *testing.T) {
 // the repository, then a path, then a file extension.
 var repoPath = regexp.MustCompile(`(?:^|[^A-Za-z0-9_./-])((?:deploy|charts|scripts|integration|docs|cmd|agent|kube|provisioner|lvmbackend)/[A-Za-z0-9_./+-]*[A-Za-z0-9_]\.(?:yaml|yml|md|sh|go|json|tpl|service|env))\b`)
 
-// The README, docs/ and the deploy/ manifests name files that exist, and
-// the README names every benchmark target of the Makefile.
+// The markdown files and the deploy/ manifests name files that exist, the
+// markdown files name make targets that exist, and the README names every
+// benchmark target of the Makefile.
 func TestDocsNameRealFiles(t *testing.T) {
-	files := []string{"../../README.md", "../../CHANGELOG.md"}
-	for _, glob := range []string{"../../docs/*.md", "../../deploy/*/*.yaml"} {
-		m, err := filepath.Glob(glob)
-		require.NoError(t, err)
-		files = append(files, m...)
-	}
+	manifests, err := filepath.Glob("../../deploy/*/*.yaml")
+	require.NoError(t, err)
+	files := append(markdownFiles(t), manifests...)
 	for _, f := range files {
 		text, err := os.ReadFile(f)
 		require.NoError(t, err)
@@ -314,4 +318,32 @@ func TestDocsNameRealFiles(t *testing.T) {
 	for _, m := range targets {
 		assert.True(t, strings.Contains(string(readme), "make "+m[1]), "the README's list of benchmarks lacks make %s", m[1])
 	}
+	// Every make command a document names is a target of the Makefile.
+	defined := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^([a-z][a-z0-9 -]*):`).FindAllStringSubmatch(string(makefile), -1) {
+		for _, name := range strings.Fields(m[1]) {
+			defined[name] = true
+		}
+	}
+	for _, f := range files {
+		if !strings.HasSuffix(f, ".md") {
+			continue
+		}
+		text, err := os.ReadFile(f)
+		require.NoError(t, err)
+		named := makeInCode.FindAllStringSubmatch(string(text), -1)
+		for _, fence := range mdFence.FindAllString(string(text), -1) {
+			named = append(named, makeInFence.FindAllStringSubmatch(fence, -1)...)
+		}
+		for _, m := range named {
+			assert.True(t, defined[m[1]], "%s names make %s, which the Makefile does not define", f, m[1])
+		}
+	}
 }
+
+// A make command in a markdown text: in code (`make test`), or at the start
+// of a line of a code block.
+var (
+	makeInCode  = regexp.MustCompile("`make ([a-z][a-z0-9-]*)")
+	makeInFence = regexp.MustCompile(`(?m)^\s*make ([a-z][a-z0-9-]*)`)
+)

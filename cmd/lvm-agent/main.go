@@ -68,7 +68,7 @@ func agentMain(args []string) int {
 	fs := flag.NewFlagSet("lvm-agent", flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: lvm-agent [flags]               run the node agent\n       lvm-agent provisioner --help    the provisioner\n       lvm-agent volume --help         the operator CLI\n\nFlags:\n")
-		fs.PrintDefaults()
+		printFlags(fs)
 	}
 	showVersion := fs.Bool("version", false, "print the version, commit and Go version, and exit")
 	var logs logFlags

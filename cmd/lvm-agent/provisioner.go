@@ -38,7 +38,7 @@ func provisionerMain(args []string) int {
 	fs := flag.NewFlagSet("lvm-agent provisioner", flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: lvm-agent provisioner [flags]\n\nTurns PVCs of StorageClasses whose provisioner is --name into LVs (through the agent on the\nnode the scheduler picked) and local PVs; grows the LV when its claim asks for more; removes the LV of a released PV of reclaim policy Delete.\n\nFlags:\n")
-		fs.PrintDefaults()
+		printFlags(fs)
 	}
 	o := provisionerOptions{}
 	fs.StringVar(&o.name, "name", kube.DefaultProvisioner, "provisioner name: the StorageClasses' provisioner, the CSIDriver object's name (for capacity-aware scheduling) and the Lease's")
@@ -95,7 +95,7 @@ func controllerOptions(o provisionerOptions) []func(*controller.ProvisionControl
 		// the library's default (15 failures) a claim whose agent had not
 		// answered 15 attempts, e.g. while lvmd was away, was dropped and
 		// waited for an unrelated update of the claim or the 15-minute
-		// resync (bench-peers run 7, docs/bench-peers.md).
+		// resync (bench-peers run 7, docs/runs/bench-peers.md).
 		controller.FailedProvisionThreshold(0),
 		controller.FailedDeleteThreshold(0),
 		controller.MetricsPort(int32(o.metricsPort)),

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -64,31 +65,121 @@ func mdLinks(text string) []string {
 	return links
 }
 
-// Every relative link of the top-level and docs/ markdown files names a
-// file or directory of the repository.
-func TestMarkdownLinksResolve(t *testing.T) {
+var mdHeading = regexp.MustCompile(`(?m)^#{1,6}\s+(.+?)\s*#*\s*$`)
+
+// mdAnchors are the anchors GitHub gives a markdown text's headings: lower
+// case, only letters, digits, '_', '-' and spaces kept, spaces made '-', a
+// repeated one suffixed -1, -2, ...
+func mdAnchors(text string) map[string]bool {
+	anchors := map[string]bool{}
+	seen := map[string]int{}
+	for _, m := range mdHeading.FindAllStringSubmatch(mdFence.ReplaceAllString(text, ""), -1) {
+		var b strings.Builder
+		for _, r := range strings.ToLower(m[1]) {
+			switch {
+			case r == ' ':
+				b.WriteRune('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.IsMark(r):
+				b.WriteRune(r)
+			}
+		}
+		a := b.String()
+		if n := seen[a]; n > 0 {
+			anchors[fmt.Sprintf("%s-%d", a, n)] = true
+		} else {
+			anchors[a] = true
+		}
+		seen[a]++
+	}
+	return anchors
+}
+
+// markdownFiles are the repository's top-level, docs/ and docs/runs/
+// markdown files.
+func markdownFiles(t *testing.T) []string {
 	var files []string
-	for _, glob := range []string{"*.md", "docs/*.md"} {
+	for _, glob := range []string{"*.md", "docs/*.md", "docs/runs/*.md"} {
 		m, err := filepath.Glob(filepath.Join(repoRoot, glob))
 		require.NoError(t, err)
 		files = append(files, m...)
 	}
 	require.NotEmpty(t, files)
+	return files
+}
+
+// Every relative link of the top-level, docs/ and docs/runs/ markdown files
+// names a file or directory of the repository, and its #anchor, if any, a
+// heading of that file.
+func TestMarkdownLinksResolve(t *testing.T) {
+	files := markdownFiles(t)
 	checked := 0
 	for _, f := range files {
 		text, err := os.ReadFile(f)
 		require.NoError(t, err)
 		for _, l := range mdLinks(string(text)) {
-			if strings.Contains(l, "://") || strings.HasPrefix(l, "mailto:") || strings.HasPrefix(l, "#") {
+			if strings.Contains(l, "://") || strings.HasPrefix(l, "mailto:") {
 				continue
 			}
-			path, _, _ := strings.Cut(l, "#")
-			_, err := os.Stat(filepath.Join(filepath.Dir(f), path))
-			assert.NoError(t, err, "%s links %s", f, l)
+			path, anchor, _ := strings.Cut(l, "#")
+			target := f
+			if path != "" {
+				target = filepath.Join(filepath.Dir(f), path)
+				_, err := os.Stat(target)
+				if !assert.NoError(t, err, "%s links %s", f, l) {
+					continue
+				}
+			}
+			if anchor != "" {
+				linked, err := os.ReadFile(target)
+				require.NoError(t, err, "%s links %s", f, l)
+				assert.True(t, mdAnchors(string(linked))[anchor], "%s links %s: no such heading", f, l)
+			}
 			checked++
 		}
 	}
 	t.Logf("%d relative links in %d files", checked, len(files))
+}
+
+func TestMarkdownAnchors(t *testing.T) {
+	text := "# Top\n## The node's volume groups at boot\n```\n# not a heading\n```\n### `failed` answers (`P volume.reason`)\n## PVC grown → new size (`make bench-node BENCH=grow`)\n## Top\n"
+	assert.Equal(t, map[string]bool{
+		"top": true, "the-nodes-volume-groups-at-boot": true, "failed-answers-p-volumereason": true,
+		"pvc-grown--new-size-make-bench-node-benchgrow": true, "top-1": true,
+	}, mdAnchors(text))
+}
+
+// User docs (the README and docs/, but not the run logs of docs/runs/ or the
+// CHANGELOG) name no issue numbers and no commits of this repository: a
+// reader cannot use them.
+func TestUserDocsNameNoIssuesOrCommits(t *testing.T) {
+	files := []string{filepath.Join(repoRoot, "README.md")}
+	m, err := filepath.Glob(filepath.Join(repoRoot, "docs/*.md"))
+	require.NoError(t, err)
+	files = append(files, m...)
+	for _, f := range files {
+		text, err := os.ReadFile(f)
+		require.NoError(t, err)
+		for _, issue := range issueRef.FindAllString(string(text), -1) {
+			assert.Fail(t, "an issue number", "%s names %q", f, strings.TrimSpace(issue))
+		}
+		for _, h := range hexWord.FindAllString(string(text), -1) {
+			if strings.Trim(h, "0123456789") == "" {
+				continue // a number
+			}
+			err := exec.Command("git", "-C", repoRoot, "rev-parse", "--verify", "--quiet", h+"^{commit}").Run()
+			assert.Error(t, err, "%s names commit %s", f, h)
+		}
+	}
+}
+
+var (
+	issueRef = regexp.MustCompile(`(?i)\bissues? #?\d+|(?:^|[\s(])#\d+\b`)
+	hexWord  = regexp.MustCompile(`\b[0-9a-f]{7,40}\b`)
+)
+
+func TestIssueAndCommitPatterns(t *testing.T) {
+	assert.Equal(t, []string{"issue 28", " #12"}, issueRef.FindAllString("as issue 28 says; see #12; topolvm/topolvm#555", -1))
+	assert.Equal(t, []string{"5a8cf3e", "17bd8b9f710f"}, hexWord.FindAllString("on 5a8cf3e, pinned 17bd8b9f710f, not cafe or deadbeefs", -1))
 }
 
 func TestMarkdownLinksOutsideCode(t *testing.T) {

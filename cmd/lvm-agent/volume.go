@@ -65,6 +65,10 @@ func volumeMain(args []string) int {
 		return exitOK
 	}
 	fs := flag.NewFlagSet("lvm-agent volume "+args[0], flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: %s [flags]\n\nFlags:\n", fs.Name())
+		printFlags(fs)
+	}
 	var kf kubeFlags
 	kf.addFlags(fs, args[0] == "create")
 	timeout := fs.Duration("timeout", 5*time.Minute, "how long to wait for the agent's answer")

@@ -179,9 +179,9 @@ YAML
     show kubectl apply -k "$k"
     return
   fi
-  step "The agent as a host process, as deploy/systemd installs it (docs/operations.md \"Bare metal (systemd)\")" \
+  step "The agent as a host process, as deploy/systemd installs it (docs/install.md \"Bare metal (systemd)\")" \
     "The provisioner from deploy/overlays/host-lvmd without the DaemonSet, and without the lvm-agent-node admission binding:" \
-    "an agent whose token is bound to no Pod may not update its Node otherwise (docs/operations.md)."
+    "an agent whose token is bound to no Pod may not update its Node otherwise (docs/install.md)."
   cat >>"$k/kustomization.yaml" <<'YAML'
 patches:
   - patch: |-
@@ -197,7 +197,7 @@ patches:
 YAML
   show cat "$k/kustomization.yaml"
   show kubectl apply -k "$k"
-  echo "    The agent's kubeconfig, by the recipe of docs/operations.md: a ServiceAccount token kept in a Secret."
+  echo "    The agent's kubeconfig, by the recipe of docs/install.md: a ServiceAccount token kept in a Secret."
   kubectl apply -f - <<'YAML'
 apiVersion: v1
 kind: Secret
@@ -448,7 +448,7 @@ show lvm lvs vg1
 [ "$mode" != powercut ] || { . "$here/powercut-cluster.sh"; pc_state; }
 
 # kubelet grows a filesystem online at its next sync of the Pod, every
-# minute by default: 85% of a grow's time (docs/operations.md). The stories
+# minute by default: 85% of a grow's time (docs/benchmarks.md). The stories
 # sync every 10 s; the benches keep kubelet's default, as users run it.
 case $mode in
   bench | peers) sync='every minute (its default)' ;;
