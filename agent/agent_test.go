@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"path/filepath"
@@ -51,7 +52,7 @@ var thickAndThin = []lvmdfake.Class{
 
 // serveLVMD starts a fake lvmd with classes and connects a backend to it,
 // both stopped when the test ends.
-func serveLVMD(t *testing.T, classes ...lvmdfake.Class) (fakeLVMD, lvmbackend.Backend) {
+func serveLVMD(t testing.TB, classes ...lvmdfake.Class) (fakeLVMD, lvmbackend.Backend) {
 	t.Helper()
 	f := fakeLVMD{lvm: lvmdfake.NewLVM(classes...), socket: filepath.Join(t.TempDir(), "lvmd.sock")}
 	f.lvmd = lvmdfake.NewTopolvm(f.lvm)
@@ -64,7 +65,7 @@ func serveLVMD(t *testing.T, classes ...lvmdfake.Class) (fakeLVMD, lvmbackend.Ba
 }
 
 // run runs a until the test ends.
-func run(t *testing.T, a *Agent) {
+func run(t testing.TB, a *Agent) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = a.Run(ctx, time.Second); close(done) }()
@@ -72,21 +73,26 @@ func run(t *testing.T, a *Agent) {
 }
 
 // start runs an agent against a fake clientset and a fake lvmd.
-func start(t *testing.T, cfg Config) *env {
+func start(t testing.TB, cfg Config) *env {
 	t.Helper()
 	f, backend := serveLVMD(t, thickAndThin...)
 	return startOn(t, cfg, f, backend)
 }
 
 // startOn runs an agent against a fake clientset and the given backend.
-func startOn(t *testing.T, cfg Config, f fakeLVMD, backend lvmbackend.Backend) *env {
+func startOn(t testing.TB, cfg Config, f fakeLVMD, backend lvmbackend.Backend) *env {
 	t.Helper()
 	e := &env{client: fake.NewClientset(), fakeLVMD: f}
 	cfg.Node = kube.Node{Name: node, Drivers: []string{kube.DefaultDriver}, Provisioners: []string{kube.DefaultProvisioner}}
 	if cfg.BackoffBase == 0 {
 		cfg.BackoffBase, cfg.BackoffMax = 10*time.Millisecond, 100*time.Millisecond
 	}
-	cfg.Workers = 4
+	cfg.Workers = cmp.Or(cfg.Workers, 4)
+	// As lvm-agent runs in front of topolvm's lvmd (the fake here); a
+	// negative ReadMaxAge: every read asks lvmd.
+	if cfg.ReadMaxAge >= 0 {
+		cfg.ShareReads, cfg.ReadMaxAge = true, cmp.Or(cfg.ReadMaxAge, 10*time.Second)
+	}
 	inf := kube.NewInformers(e.client, node, kube.WatchAll, kube.WithOwner(cfg.Node))
 	e.events, e.metrics = record.NewFakeRecorder(1000), NewMetrics(nil)
 	var err error
@@ -96,7 +102,7 @@ func startOn(t *testing.T, cfg Config, f fakeLVMD, backend lvmbackend.Backend) *
 	return e
 }
 
-func (e *env) pvc(t *testing.T, ns, name, selected string, ann map[string]string) *corev1.PersistentVolumeClaim {
+func (e *env) pvc(t testing.TB, ns, name, selected string, ann map[string]string) *corev1.PersistentVolumeClaim {
 	t.Helper()
 	a := map[string]string{kube.AnnSelectedNode: selected}
 	for k, v := range ann {
@@ -108,7 +114,7 @@ func (e *env) pvc(t *testing.T, ns, name, selected string, ann map[string]string
 	return out
 }
 
-func (e *env) pv(t *testing.T, name, selected string, claimUID types.UID, ann map[string]string) {
+func (e *env) pv(t testing.TB, name, selected string, claimUID types.UID, ann map[string]string) {
 	t.Helper()
 	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: ann},
 		Spec: corev1.PersistentVolumeSpec{
@@ -128,19 +134,19 @@ func affinity(node string) *corev1.VolumeNodeAffinity {
 }
 
 // waitPVC waits until the PVC's lifecycle leaves "creating" and returns its annotations.
-func (e *env) waitPVC(t *testing.T, ns, name string) map[string]string {
+func (e *env) waitPVC(t testing.TB, ns, name string) map[string]string {
 	return e.wait(t, func(ctx context.Context) (metav1.Object, error) {
 		return e.client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
 	}, kube.StateCreating)
 }
 
-func (e *env) waitPV(t *testing.T, name string) map[string]string {
+func (e *env) waitPV(t testing.TB, name string) map[string]string {
 	return e.wait(t, func(ctx context.Context) (metav1.Object, error) {
 		return e.client.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
 	}, kube.StateDeleting)
 }
 
-func (e *env) wait(t *testing.T, get func(context.Context) (metav1.Object, error), pending string) map[string]string {
+func (e *env) wait(t testing.TB, get func(context.Context) (metav1.Object, error), pending string) map[string]string {
 	t.Helper()
 	var ann map[string]string
 	err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {

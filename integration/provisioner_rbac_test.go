@@ -141,6 +141,19 @@ func TestProvisionerRBAC(t *testing.T) {
 					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "x", Image: "x"}}}}, metav1.CreateOptions{})
 				return err
 			},
+			// After a grow it lists Pods and patches one annotation: no
+			// more (no watch, no delete, no status).
+			"watch pods": func() error {
+				_, err := saClient.CoreV1().Pods("default").Watch(ctx, metav1.ListOptions{})
+				return err
+			},
+			"delete pod": func() error {
+				return saClient.CoreV1().Pods("default").Delete(ctx, "any", metav1.DeleteOptions{})
+			},
+			"patch pod status": func() error {
+				_, err := saClient.CoreV1().Pods("default").Patch(ctx, "any", types.MergePatchType, []byte(`{}`), metav1.PatchOptions{}, "status")
+				return err
+			},
 			"lease elsewhere": func() error {
 				_, err := saClient.CoordinationV1().Leases("default").Get(ctx, "any", metav1.GetOptions{})
 				return err
@@ -168,6 +181,8 @@ func TestProvisionerRBAC(t *testing.T) {
 			{Verb: "patch", Resource: "persistentvolumeclaims", Namespace: "default", Name: "any"},
 			{Verb: "patch", Resource: "persistentvolumeclaims", Subresource: "status", Namespace: "default", Name: "any"},
 			{Verb: "create", Resource: "persistentvolumes"},
+			{Verb: "list", Resource: "pods", Namespace: "default"},
+			{Verb: "patch", Resource: "pods", Namespace: "default", Name: "any"},
 			{Verb: "update", Resource: "leases", Group: "coordination.k8s.io", Namespace: "lvm-agent", Name: kube.DefaultProvisioner},
 			{Verb: "create", Resource: "csistoragecapacities", Group: "storage.k8s.io", Namespace: "lvm-agent"},
 		} {

@@ -10,7 +10,7 @@ lv_bytes() { lvm lvs --noheadings --units b --nosuffix -o lv_size "vg1/$1" | tr 
 # CLASS while its claim's request goes from FROM to TO (Mi); df in the same
 # running Pod sees the new size, and a file written before reads the same.
 grow_fs() {
-  local class=$1 fs=$2 from=$3 to=$4 uid seed lines pv
+  local class=$1 fs=$2 from=$3 to=$4 uid seed lines pv grown nudge
   step "A volume grows under its running Pod: $fs, $from MiB -> $to MiB" \
     "The Pod keeps appending to a log while its PVC's request is raised. kube-controller-manager hands the claim" \
     "to lvm-agent's provisioner, whose resizer has the node's agent extend the LV (lvmd's ResizeLV); kubelet then" \
@@ -23,11 +23,16 @@ grow_fs() {
   uid=$(kubectl get pod grower -o jsonpath='{.metadata.uid}')
   seed=$(kubectl exec grower -- md5sum /data/seed)
   show kubectl exec grower -- df -h /data
+  grown=$SECONDS
   show kubectl patch pvc grow -p "{\"spec\":{\"resources\":{\"requests\":{\"storage\":\"${to}Mi\"}}}}"
   pv=$(kubectl get pvc grow -o jsonpath='{.spec.volumeName}')
-  # kubelet grows the filesystem at its next sync of the Pod (about a
-  # minute), then sets the claim's capacity: one watch, not a kubectl a second.
+  # kubelet grows the filesystem when it syncs the Pod, then sets the
+  # claim's capacity: at once, because the provisioner annotates the Pod
+  # (its periodic sync is a minute away). One watch, not a kubectl a second.
   show kubectl wait --for=jsonpath='{.status.capacity.storage}'="${to}Mi" pvc/grow --timeout=300s
+  nudge=$(kubectl get pod grower -o jsonpath="{.metadata.annotations['pv\.csi\.alibabacloud\.com/volume\.resize-nudge']}")
+  echo "    The claim's capacity ${to}Mi $((SECONDS - grown)) s after the request; the Pod's nudge: $nudge"
+  [ "$nudge" = "grow=${to}Mi" ]
   show kubectl get pvc grow
   show kubectl get events --field-selector involvedObject.name=grow --sort-by=.lastTimestamp
   show lvm lvs -o lv_name,lv_size vg1

@@ -447,16 +447,9 @@ show lvm lvs vg1
 # powercut: the cluster's state on vg1 before the cluster starts
 [ "$mode" != powercut ] || { . "$here/powercut-cluster.sh"; pc_state; }
 
-# kubelet grows a filesystem online at its next sync of the Pod, every
-# minute by default: 85% of a grow's time (docs/benchmarks.md). The stories
-# sync every 10 s; the benches keep kubelet's default, as users run it.
-case $mode in
-  bench | peers) sync='every minute (its default)' ;;
-  *) export KUBELET_SYNC_FREQUENCY=10s sync='every 10 s (its default: every minute)' ;;
-esac
 step "A one-node Kubernetes cluster, every part real" \
   "etcd, kube-apiserver, controller-manager, scheduler, containerd, kubelet, kube-proxy (scripts/guest/cluster.sh)." \
-  "kubelet syncs each Pod $sync: an online grow's filesystem is grown at that sync."
+  "kubelet syncs each Pod every minute (its default), as users run it: an online grow's filesystem is grown at once because the provisioner nudges kubelet (an annotation on the Pod)."
 cluster.sh --bin "$bin" up
 show kubectl get nodes -o wide
 # powercut's second boot: nothing installed again, all must come back by itself
