@@ -108,10 +108,12 @@ func CreateVolume(ctx context.Context, c kubernetes.Interface, namespace, pvcNam
 		}
 		return pvc, nil
 	}
-	pvc, err = UpdatePvcWithAnnotations(ctx, c, namespace, pvcName, "", request(StateCreating, string(raw)),
-		Set(map[string]string{LabelNode: NodeLabelValue(node)}))
-	if err != nil {
-		return nil, err
+	if !openCreate(pvc, node, string(raw)) {
+		pvc, err = UpdatePvcWithAnnotations(ctx, c, namespace, pvcName, "", request(StateCreating, string(raw)),
+			Set(map[string]string{LabelNode: NodeLabelValue(node)}))
+		if err != nil {
+			return nil, err
+		}
 	}
 	lw := &cache.ListWatch{WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", pvcName).String()
@@ -122,6 +124,16 @@ func CreateVolume(ctx context.Context, c kubernetes.Interface, namespace, pvcNam
 		return nil, err
 	}
 	return answered.(*corev1.PersistentVolumeClaim), nil
+}
+
+// openCreate: the PVC carries this very request, still open. A caller whose
+// deadline passed while the agent had it queued (a busy node answers a
+// burst in turn) asks again: it then waits for the answer to the request
+// that stands, without writing it a second time, which would only clear
+// the agent's last transient error and wake the agent for nothing.
+func openCreate(pvc *corev1.PersistentVolumeClaim, node, spec string) bool {
+	ann := pvc.Annotations
+	return ann[AnnLifecycle] == StateCreating && ann[AnnSpec] == spec && pvc.Labels[LabelNode] == NodeLabelValue(node)
 }
 
 // answeredCreate: the PVC carries lvm-agent's "created" answer (with the

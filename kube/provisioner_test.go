@@ -164,3 +164,31 @@ func TestDeleteVolumeAskedOnce(t *testing.T) {
 		})
 	}
 }
+
+// A request still open (its caller's deadline passed while the agent had it
+// queued) is waited on when asked again, not written again.
+func TestCreateVolumeOpenRequestNotAskedAgain(t *testing.T) {
+	spec := `{"volumeGroup":"vg0","name":"pvc-1","size":4096}`
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", ResourceVersion: "1",
+		Annotations: map[string]string{AnnSelectedNode: "node-a", AnnLifecycle: StateCreating, AnnSpec: spec, AnnError: "lvmd unavailable"},
+		Labels:      map[string]string{LabelNode: "node-a"}}}
+	c, watching := watchedClient(pvc)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := CreateVolume(ctx, c, "ns", "c", CreateSpec{VolumeGroup: "vg0", Name: "pvc-1", Size: 4096}, nil)
+		done <- err
+	}()
+	<-watching
+	for _, a := range c.Actions() {
+		assert.NotEqual(t, "patch", a.GetVerb(), "the open request is not written again")
+	}
+	got, err := c.CoreV1().PersistentVolumeClaims("ns").Get(ctx, "c", metav1.GetOptions{})
+	require.NoError(t, err)
+	got.Annotations[AnnLifecycle], got.Annotations[AnnDevice] = StateCreated, "/dev/vg0/pvc-1"
+	delete(got.Annotations, AnnError)
+	_, err = c.CoreV1().PersistentVolumeClaims("ns").Update(ctx, got, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, <-done)
+}

@@ -108,7 +108,8 @@ func TestLibraryProvisionsOnceThoughCalledAgain(t *testing.T) {
 
 // Provision reuses only an answer that a new request would get again: the
 // agent's "created", with its device, to the identical spec, asked of the
-// claim's selected node. Anything else is asked again (and answered here).
+// claim's selected node. The same request still open is waited on, not
+// written again. Anything else is asked again (and answered here).
 func TestProvisionReusesOnlyTheSameAnswer(t *testing.T) {
 	sc := class(storagev1.VolumeBindingWaitForFirstConsumer, corev1.PersistentVolumeReclaimDelete, map[string]string{"volumeGroup": "vg0"})
 	same := `{"volumeGroup":"vg0","name":"pvc-uid-1","size":1073741824}`
@@ -117,15 +118,18 @@ func TestProvisionReusesOnlyTheSameAnswer(t *testing.T) {
 		ann    map[string]string
 		label  string
 		reused bool
+		waited bool
 	}{
-		{"created, same spec, same node", map[string]string{kube.AnnLifecycle: kube.StateCreated, kube.AnnSpec: same, kube.AnnDevice: "/dev/vg0/old"}, "node-a", true},
+		{"created, same spec, same node", map[string]string{kube.AnnLifecycle: kube.StateCreated, kube.AnnSpec: same, kube.AnnDevice: "/dev/vg0/old"}, "node-a", true, false},
 		{"another spec", map[string]string{kube.AnnLifecycle: kube.StateCreated, kube.AnnSpec: strings.Replace(same, "1073741824", "536870912", 1),
-			kube.AnnDevice: "/dev/vg0/old"}, "node-a", false},
+			kube.AnnDevice: "/dev/vg0/old"}, "node-a", false, false},
 		{"failed", map[string]string{kube.AnnLifecycle: kube.StateFailed, kube.AnnSpec: same, kube.AnnReason: kube.ReasonNameConflict,
-			kube.AnnDevice: "/dev/vg0/old"}, "node-a", false},
-		{"another node", map[string]string{kube.AnnLifecycle: kube.StateCreated, kube.AnnSpec: same, kube.AnnDevice: "/dev/vg0/old"}, "node-b", false},
-		{"no device", map[string]string{kube.AnnLifecycle: kube.StateCreated, kube.AnnSpec: same}, "node-a", false},
-		{"creating", map[string]string{kube.AnnLifecycle: kube.StateCreating, kube.AnnSpec: same}, "node-a", false},
+			kube.AnnDevice: "/dev/vg0/old"}, "node-a", false, false},
+		{"another node", map[string]string{kube.AnnLifecycle: kube.StateCreated, kube.AnnSpec: same, kube.AnnDevice: "/dev/vg0/old"}, "node-b", false, false},
+		{"no device", map[string]string{kube.AnnLifecycle: kube.StateCreated, kube.AnnSpec: same}, "node-a", false, false},
+		{"creating, same spec, same node", map[string]string{kube.AnnLifecycle: kube.StateCreating, kube.AnnSpec: same}, "node-a", false, true},
+		{"creating, another spec", map[string]string{kube.AnnLifecycle: kube.StateCreating, kube.AnnSpec: strings.Replace(same, "1073741824", "536870912", 1)}, "node-a", false, false},
+		{"creating, another node", map[string]string{kube.AnnLifecycle: kube.StateCreating, kube.AnnSpec: same}, "node-b", false, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			w := newWorld(t, corev1.PersistentVolumeFilesystem, created)
@@ -144,7 +148,11 @@ func TestProvisionReusesOnlyTheSameAnswer(t *testing.T) {
 				assert.Equal(t, "/dev/vg0/old", pv.Spec.Local.Path)
 				return
 			}
-			assert.Equal(t, int32(1), asked.Load(), "creating writes")
+			if c.waited {
+				assert.Equal(t, int32(0), asked.Load(), "creating writes")
+			} else {
+				assert.Equal(t, int32(1), asked.Load(), "creating writes")
+			}
 			assert.Equal(t, created[kube.AnnDevice], pv.Spec.Local.Path)
 			ann, _ := requested(t, w)
 			assert.Equal(t, same, ann[kube.AnnSpec])
