@@ -9,7 +9,7 @@ export GOFLAGS := $(strip $(GOFLAGS) -trimpath)
 CACHE ?= $(or $(LVM_AGENT_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/lvm-agent)
 export LVM_AGENT_CACHE := $(CACHE)
 
-.PHONY: all build test test-unit test-integration test-guest test-node demo demo-helm demo-cli node bench-node bench-peers images bench-cluster bench-lvm bench-dm bench-scale bench-provision chaos test-faults fuzz vet clean
+.PHONY: all build test test-unit test-integration test-guest test-node demo demo-helm demo-cli node bench-node bench-peers images bench-cluster bench-lvm bench-dm bench-scale bench-burst bench-provision chaos test-faults fuzz vet clean
 
 all: build
 
@@ -108,6 +108,11 @@ bench-scale:
 # restart. Quick: make bench-cluster ARGS='-nodes 1,30 -burst-nodes 30 -restart-nodes 30'
 bench-cluster:
 	KUBEBUILDER_ASSETS=$$(scripts/kube-assets.sh) go run ./integration/scale -nodes 1,30,100,300 -modes labelled,hybrid,hybrid-alone,all $(ARGS)
+
+# One agent, 100 creates at once, fake lvmd at 1 s per listing: lvmd's
+# listings and the burst's time, reads shared and not (docs/benchmarks.md).
+bench-burst:
+	go test -count=1 -run '^$$' -bench BurstCreates -benchtime 1x ./agent/
 
 # The provisioner: PVC created -> Bound through the real scheduler, PV
 # controller, provisioner and agent; median of 20, fake lvmd at 0 ms and 1 s;

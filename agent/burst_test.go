@@ -142,4 +142,3 @@ func BenchmarkBurstCreates(b *testing.B) {
 		})
 	}
 }
-
