@@ -201,6 +201,67 @@ func TestExpandFilesystem(t *testing.T) {
 	waitFreeCapacity(t, n.node, "grow-fs")
 }
 
+// After a Filesystem grow the claim's running Pod is nudged (kubelet syncs a
+// Pod whose annotations changed, and grows the filesystem then): once,
+// after the API server stored NodeResizePending (resourceVersions are
+// etcd's revisions), and no other Pod: not one being deleted, not one of
+// another claim.
+func TestExpandNudgesThePodOnce(t *testing.T) {
+	ctx := context.Background()
+	n, ns, _ := growingClaim(t, "grow-nudge", corev1.PersistentVolumeFilesystem)
+	claimAndPod(t, ns, "other", "grow-nudge", "64Mi", corev1.PersistentVolumeFilesystem, map[string]string{corev1.LabelHostname: n.name})
+	waitBound(t, ns, "other")
+	leaving := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "leaving", Finalizers: []string{"test.lvm-agent.io/hold"}},
+		Spec: corev1.PodSpec{NodeName: n.name, Containers: []corev1.Container{{Name: "app", Image: "busybox"}},
+			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}}}}
+	_, err := cluster.Client.CoreV1().Pods(ns).Create(ctx, leaving, metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, cluster.Client.CoreV1().Pods(ns).Delete(ctx, "leaving", metav1.DeleteOptions{}))
+	t.Cleanup(func() {
+		_, _ = cluster.Client.CoreV1().Pods(ns).Patch(context.Background(), "leaving", "application/merge-patch+json",
+			[]byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+	})
+	before := podVersions(t, ns)
+
+	askFor(t, ns, "data", "256Mi")
+	var nudged *corev1.Pod
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		p, err := cluster.Client.CoreV1().Pods(ns).Get(ctx, "data", metav1.GetOptions{})
+		nudged = p
+		return err == nil && p.Annotations[kube.AnnResizeNudge] != "", nil
+	})
+	require.NoError(t, err, "the Pod of the grown claim is nudged")
+	assert.Equal(t, "data=256Mi", nudged.Annotations[kube.AnnResizeNudge])
+	pvc, err := cluster.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Equal(t, corev1.PersistentVolumeClaimNodeResizePending, resizeStatus(pvc), "no kubelet here: the claim stays pending")
+	assert.Less(t, revision(t, pvc.ResourceVersion), revision(t, nudged.ResourceVersion), "nudged after NodeResizePending was stored")
+
+	time.Sleep(2 * time.Second) // room for a wrong second nudge
+	after := podVersions(t, ns)
+	assert.Equal(t, nudged.ResourceVersion, after["data"], "nudged once")
+	assert.Equal(t, before["other"], after["other"], "another claim's Pod untouched")
+	assert.Equal(t, before["leaving"], after["leaving"], "a Pod being deleted untouched")
+}
+
+func podVersions(t *testing.T, ns string) map[string]string {
+	t.Helper()
+	pods, err := cluster.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+	require.NoError(t, err)
+	out := map[string]string{}
+	for _, p := range pods.Items {
+		out[p.Name] = p.ResourceVersion
+	}
+	return out
+}
+
+func revision(t *testing.T, rv string) int64 {
+	t.Helper()
+	n, err := strconv.ParseInt(rv, 10, 64)
+	require.NoError(t, err)
+	return n
+}
+
 // A Block claim is done when the LV has grown: its status capacity is the
 // new size, with no status left for kubelet.
 func TestExpandBlock(t *testing.T) {
