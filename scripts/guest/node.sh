@@ -637,6 +637,11 @@ show kubectl -n lvm-agent rollout status daemonset/lvm-agent --timeout=600s
 show kubectl get pvc -l app=many
 show lvm lvs -o lv_name,lv_size,lv_tags vg1
 show kubectl -n lvm-agent get pods
+# lvmd's listings as the agent counted them (lvmbackend.Shared): the agent's
+# Pod was deleted during the burst, so these are its successor's.
+ip=$(kubectl -n lvm-agent get pods -l app.kubernetes.io/name=lvm-agent -o jsonpath='{.items[0].status.podIP}')
+got=$(wget -q -O - "http://$ip:8495/metrics" 2>/dev/null || true) # read whole: see lvmd_away
+echo "node: the agent started during the burst: lvmd listings $(awk '$1 ~ /^lvm_agent_lvmd_lists_total/ { printf "%s %s; ", $1, $2 }' <<<"$got")creates $(awk '$1 == "lvm_agent_operations_total{kind=\"create\",result=\"created\"}" { print $2 }' <<<"$got")"
 # make test-faults' audit: each claim Bound with one LV of at least its
 # size, no orphan, no request open or failed, foreign untouched.
 claims_app=many audit 10
