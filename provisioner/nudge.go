@@ -144,6 +144,7 @@ func (n *Nudger) sync(ctx context.Context, key string) error {
 	if err != nil {
 		return fmt.Errorf("list the Pods of namespace %s: %w", ns, err)
 	}
+	klog.V(2).InfoS("Claim waits for kubelet to grow its filesystem; nudging its running Pods", "claim", klog.KObj(pvc), "size", size.String(), "pods", len(pods.Items))
 	var failed error
 	for i := range pods.Items {
 		pod := &pods.Items[i]

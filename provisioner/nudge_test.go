@@ -101,3 +101,29 @@ func TestNudgeIsConditional(t *testing.T) {
 	_ = kube.NudgePod(context.Background(), c, pod, "grown=2Gi")
 	assert.JSONEq(t, `{"metadata":{"resourceVersion":"7","annotations":{"`+kube.AnnResizeNudge+`":"grown=2Gi"}}}`, body)
 }
+
+// The nudger's own loop: a claim that turns NodeResizePending is seen by
+// its informer and its running Pod nudged.
+func TestNudgerRuns(t *testing.T) {
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv1", Annotations: map[string]string{kube.AnnProvisionedBy: "p"}},
+		Spec: corev1.PersistentVolumeSpec{PersistentVolumeSource: corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: "/dev/vg/lv"}}}}
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "grown"}, Spec: corev1.PersistentVolumeClaimSpec{VolumeName: "pv1"}}
+	c := fake.NewClientset(pv, pvc, nudgePod("a", "grown", nil))
+	factory := informers.NewSharedInformerFactory(c, 0)
+	n, err := NewNudger(c, "p", factory, nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	factory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+	go n.Run(ctx)
+
+	pvc.Status.AllocatedResources = corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("2Gi")}
+	pvc.Status.AllocatedResourceStatuses = map[corev1.ResourceName]corev1.ClaimResourceStatus{corev1.ResourceStorage: corev1.PersistentVolumeClaimNodeResizePending}
+	_, err = c.CoreV1().PersistentVolumeClaims("ns").UpdateStatus(ctx, pvc, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		p, err := c.CoreV1().Pods("ns").Get(ctx, "a", metav1.GetOptions{})
+		return err == nil && p.Annotations[kube.AnnResizeNudge] == "grown=2Gi"
+	}, 5*time.Second, 10*time.Millisecond)
+}

@@ -221,6 +221,18 @@ func TestExpandNudgesThePodOnce(t *testing.T) {
 		_, _ = cluster.Client.CoreV1().Pods(ns).Patch(context.Background(), "leaving", "application/merge-patch+json",
 			[]byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
 	})
+	// Nudged are the Pods kubelet runs (a Pod still to be scheduled mounts
+	// the grown volume when it starts): both are bound to the node first.
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		bound := 0
+		for _, name := range []string{"data", "other"} {
+			if p, err := cluster.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{}); err == nil && p.Spec.NodeName != "" {
+				bound++
+			}
+		}
+		return bound == 2, nil
+	})
+	require.NoError(t, err, "the Pods scheduled")
 	before := podVersions(t, ns)
 
 	askFor(t, ns, "data", "256Mi")
@@ -230,6 +242,13 @@ func TestExpandNudgesThePodOnce(t *testing.T) {
 		nudged = p
 		return err == nil && p.Annotations[kube.AnnResizeNudge] != "", nil
 	})
+	if err != nil {
+		pods, _ := cluster.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		for _, p := range pods.Items {
+			t.Logf("pod %s: node %q phase %s annotations %v", p.Name, p.Spec.NodeName, p.Status.Phase, p.Annotations)
+		}
+		t.Logf("provisioner's log:\n%s", prov.Output())
+	}
 	require.NoError(t, err, "the Pod of the grown claim is nudged")
 	assert.Equal(t, "data=256Mi", nudged.Annotations[kube.AnnResizeNudge])
 	pvc, err := cluster.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
