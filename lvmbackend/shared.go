@@ -127,12 +127,7 @@ func (s *Shared) GetVolume(ctx context.Context, deviceClass, name string) (*Volu
 	if err != nil {
 		return nil, err
 	}
-	for i := range vols {
-		if vols[i].Name == name {
-			return &vols[i], nil
-		}
-	}
-	return nil, &Error{Op: "get " + deviceClass + "/" + name, Kind: ErrNotFound}
+	return pick(vols, deviceClass, name)
 }
 
 // fresh returns a listing that began at or after since: the one in flight

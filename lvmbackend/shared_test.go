@@ -74,6 +74,21 @@ func (s *sharedLVMD) waitLists(t *testing.T, n int32) {
 	require.Eventually(t, func() bool { return s.lists.Load() >= n }, 5*time.Second, time.Millisecond)
 }
 
+// heldListing starts a ListVolumes that lvmd holds until release; its
+// answer comes on the channel.
+func (s *sharedLVMD) heldListing(t *testing.T) chan []lvmbackend.Volume {
+	t.Helper()
+	s.hold()
+	listed := make(chan []lvmbackend.Volume)
+	go func() {
+		vols, err := s.shared.ListVolumes(context.Background(), "vg1")
+		assert.NoError(t, err)
+		listed <- vols
+	}()
+	s.waitLists(t, 1)
+	return listed
+}
+
 func names(vols []lvmbackend.Volume) []string {
 	var out []string
 	for _, v := range vols {
@@ -110,14 +125,7 @@ func TestSharedConcurrentListingsShareOne(t *testing.T) {
 func TestSharedGetVolumeReadsAfterItsCall(t *testing.T) {
 	s := newSharedLVMD(t, time.Minute)
 	ctx := context.Background()
-	s.hold()
-	listed := make(chan []lvmbackend.Volume)
-	go func() {
-		vols, err := s.shared.ListVolumes(ctx, "vg1")
-		assert.NoError(t, err)
-		listed <- vols
-	}()
-	s.waitLists(t, 1)
+	listed := s.heldListing(t)
 	// An LV made by someone else after that listing began: a GetVolume
 	// asked now must see it, so it may not share the listing in flight.
 	_, err := s.m.Create("vg1", "foreign", 4096, nil)
@@ -168,14 +176,7 @@ func TestSharedWriteDuringAListingIsApplied(t *testing.T) {
 	ctx := context.Background()
 	_, err := s.m.Create("vg1", "old", 4096, nil)
 	require.NoError(t, err)
-	s.hold()
-	listed := make(chan []lvmbackend.Volume)
-	go func() {
-		vols, err := s.shared.ListVolumes(ctx, "vg1")
-		assert.NoError(t, err)
-		listed <- vols
-	}()
-	s.waitLists(t, 1)
+	listed := s.heldListing(t)
 	// Whether lvmd's listing sees these writes or not (the fake's sees
 	// them: it reads its model once released), the answer is the same.
 	_, err = s.shared.CreateVolume(ctx, lvmbackend.CreateRequest{DeviceClass: "vg1", Name: "new", SizeBytes: 4096})

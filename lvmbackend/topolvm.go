@@ -43,6 +43,11 @@ func (t *Topolvm) GetVolume(ctx context.Context, deviceClass, name string) (*Vol
 	if err != nil {
 		return nil, err
 	}
+	return pick(vols, deviceClass, name)
+}
+
+// pick is the named volume of a device class's listing, or ErrNotFound.
+func pick(vols []Volume, deviceClass, name string) (*Volume, error) {
 	for i := range vols {
 		if vols[i].Name == name {
 			return &vols[i], nil

@@ -39,9 +39,26 @@ func patchedPods(c *fake.Clientset) []string {
 	return out
 }
 
-func TestNudgeAfterNodeResizePending(t *testing.T) {
-	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv1", Annotations: map[string]string{kube.AnnProvisionedBy: "p"}},
+// ourPV is a local PV that provisioner "p" made.
+func ourPV() *corev1.PersistentVolume {
+	return &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv1", Annotations: map[string]string{kube.AnnProvisionedBy: "p"}},
 		Spec: corev1.PersistentVolumeSpec{PersistentVolumeSource: corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: "/dev/vg/lv"}}}}
+}
+
+// startNudger runs a Nudger of provisioner "p" over the fake client.
+func startNudger(t *testing.T, c *fake.Clientset) (context.Context, *Nudger) {
+	factory := informers.NewSharedInformerFactory(c, 0)
+	n, err := NewNudger(c, "p", factory, nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	factory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+	return ctx, n
+}
+
+func TestNudgeAfterNodeResizePending(t *testing.T) {
+	pv := ourPV()
 	foreign := pv.DeepCopy()
 	foreign.Name, foreign.Annotations = "pv2", map[string]string{kube.AnnProvisionedBy: "other"}
 	claim := func(name, pv string, pending bool) *corev1.PersistentVolumeClaim {
@@ -66,13 +83,7 @@ func TestNudgeAfterNodeResizePending(t *testing.T) {
 		nudgePod("foreign-pv", "theirs", nil),
 	}
 	c := fake.NewClientset(objs...)
-	factory := informers.NewSharedInformerFactory(c, 0)
-	n, err := NewNudger(c, "p", factory, nil)
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	factory.Start(ctx.Done())
-	factory.WaitForCacheSync(ctx.Done())
+	ctx, n := startNudger(t, c)
 
 	for _, key := range []string{"ns/grown", "ns/waiting", "ns/theirs", "ns/gone"} {
 		require.NoError(t, n.sync(ctx, key))
@@ -105,22 +116,14 @@ func TestNudgeIsConditional(t *testing.T) {
 // The nudger's own loop: a claim that turns NodeResizePending is seen by
 // its informer and its running Pod nudged.
 func TestNudgerRuns(t *testing.T) {
-	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv1", Annotations: map[string]string{kube.AnnProvisionedBy: "p"}},
-		Spec: corev1.PersistentVolumeSpec{PersistentVolumeSource: corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: "/dev/vg/lv"}}}}
 	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "grown"}, Spec: corev1.PersistentVolumeClaimSpec{VolumeName: "pv1"}}
-	c := fake.NewClientset(pv, pvc, nudgePod("a", "grown", nil))
-	factory := informers.NewSharedInformerFactory(c, 0)
-	n, err := NewNudger(c, "p", factory, nil)
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	factory.Start(ctx.Done())
-	factory.WaitForCacheSync(ctx.Done())
+	c := fake.NewClientset(ourPV(), pvc, nudgePod("a", "grown", nil))
+	ctx, n := startNudger(t, c)
 	go n.Run(ctx)
 
 	pvc.Status.AllocatedResources = corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("2Gi")}
 	pvc.Status.AllocatedResourceStatuses = map[corev1.ResourceName]corev1.ClaimResourceStatus{corev1.ResourceStorage: corev1.PersistentVolumeClaimNodeResizePending}
-	_, err = c.CoreV1().PersistentVolumeClaims("ns").UpdateStatus(ctx, pvc, metav1.UpdateOptions{})
+	_, err := c.CoreV1().PersistentVolumeClaims("ns").UpdateStatus(ctx, pvc, metav1.UpdateOptions{})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		p, err := c.CoreV1().Pods("ns").Get(ctx, "a", metav1.GetOptions{})
