@@ -198,7 +198,7 @@ func TestStatusNodeLostClaim(t *testing.T) {
 		Annotations: map[string]string{kube.AnnLifecycle: kube.StateCreated, kube.AnnSelectedNode: "node-1",
 			kube.AnnSpec: `{"volumeGroup":"vg1","name":"lv1","size":4096}`, kube.AnnNodeLost: "node-1: out-of-service taint"}}}
 	for name, lvs := range map[string]map[string]lvmbackend.Volume{
-		"backend none": nil,
+		"backend none":          nil,
 		"node back with its LV": {"vg1/lv1": {DeviceClass: "vg1", Name: "lv1", SizeBytes: 4 << 20, Tags: []string{agent.OwnerTag("uid-1")}}},
 	} {
 		s := statusCheck{node: kube.Node{Name: "node-1"}, now: time.Now(), stuckAfter: time.Minute, lvs: lvs}
