@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -24,8 +25,10 @@ type Cluster struct {
 
 // StartCluster starts etcd, kube-apiserver, kube-scheduler and
 // kube-controller-manager from $KUBEBUILDER_ASSETS (scripts/kube-assets.sh
-// kube-scheduler kube-controller-manager builds all four there).
-func StartCluster(t TB, startTimeout time.Duration) *Cluster {
+// kube-scheduler kube-controller-manager builds all four there). extra
+// names more controllers of kube-controller-manager to run (e.g.
+// statefulset-controller), beside the PV ones.
+func StartCluster(t TB, startTimeout time.Duration, extra ...string) *Cluster {
 	t.Helper()
 	cp := StartControlPlane(t, startTimeout)
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
@@ -44,7 +47,8 @@ func StartCluster(t TB, startTimeout time.Duration) *Cluster {
 		"--secure-port", "0", "--leader-elect=false", "--v", "2")
 	c.ControllerManager = StartAgent(t, bin("kube-controller-manager"), "--kubeconfig", cp.Kubeconfig,
 		"--secure-port", "0", "--leader-elect=false", "--use-service-account-credentials=false",
-		"--controllers", "persistentvolume-binder-controller,persistentvolume-expander-controller,persistentvolume-protection-controller,persistentvolumeclaim-protection-controller",
+		"--controllers", strings.Join(append([]string{"persistentvolume-binder-controller", "persistentvolume-expander-controller",
+			"persistentvolume-protection-controller", "persistentvolumeclaim-protection-controller"}, extra...), ","),
 		"--v", "2")
 	return c
 }

@@ -1,0 +1,112 @@
+// Package nodeloss runs the provisioner's node-loss controller (issue 44)
+// end to end: a real etcd, kube-apiserver, kube-scheduler and
+// kube-controller-manager with its StatefulSet, pod-GC and taint-eviction
+// controllers, the real `lvm-agent` on each node (with the fake lvmd) and
+// the real `lvm-agent provisioner` with a short --node-loss-grace. Each
+// scenario has its own pair of nodes, so the scenarios run side by side on
+// one cluster. There is no kubelet: a scheduled Pod stays Pending on its
+// node, and a lost node's Pods go the way the control plane sends them
+// (taint eviction and pod GC).
+package nodeloss
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/lvm-agent/lvm-agent/integration/harness"
+	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/lvmbackend/lvmdfake"
+)
+
+const (
+	namespace = "lvm-agent" // the provisioner's
+	// grace is the provisioner's --node-loss-grace here: short, so that a
+	// deleted node is lost within the test's time.
+	grace = 4 * time.Second
+)
+
+var (
+	cluster  *harness.Cluster
+	agentBin string
+	prov     *harness.Process
+	// provMetrics is the provisioner's --metrics-port address.
+	provMetrics string
+)
+
+func TestMain(m *testing.M) { os.Exit(run(m)) }
+
+func run(m *testing.M) int {
+	tb := &harness.ProgramTB{Log: os.Stderr}
+	defer tb.Close()
+	agentBin = harness.AgentBinary(tb, tb.TempDir())
+	cluster = harness.StartCluster(tb, 2*time.Minute,
+		"statefulset-controller", "pod-garbage-collector-controller", "taint-eviction-controller")
+	ctx := context.Background()
+	if _, err := cluster.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
+		tb.Fatalf("%v", err)
+	}
+	// deploy/base's CSIDriver: the scheduler reads the capacity objects.
+	if _, err := cluster.Client.StorageV1().CSIDrivers().Create(ctx, &storagev1.CSIDriver{
+		ObjectMeta: metav1.ObjectMeta{Name: kube.DefaultProvisioner},
+		Spec:       storagev1.CSIDriverSpec{AttachRequired: ptr(false), PodInfoOnMount: ptr(false), StorageCapacity: ptr(true)},
+	}, metav1.CreateOptions{}); err != nil {
+		tb.Fatalf("CSIDriver: %v", err)
+	}
+	provMetrics = harness.FreeAddr(tb)
+	_, port, _ := strings.Cut(provMetrics, ":")
+	if _, err := strconv.Atoi(port); err != nil {
+		tb.Fatalf("metrics address %s", provMetrics)
+	}
+	prov = harness.StartAgent(tb, agentBin, "provisioner", "--kubeconfig", cluster.Kubeconfig, "--namespace", namespace,
+		"--metrics-port", port, "--health-address", "", "--timeout", "20s",
+		"--leader-election-lease-duration", "4s", "--leader-election-renew-deadline", "3s",
+		"--node-loss-grace", grace.String(), "--v", "2")
+	return m.Run()
+}
+
+// node is a Node object with a real agent and its fake lvmd, which
+// outlives the agent (a node's disks outlive its processes).
+type node struct {
+	name, socket string
+	lvm          *lvmdfake.LVM
+	agent        *harness.Process
+}
+
+// pairLabel puts a scenario's two nodes apart from the others' for its Pods.
+const pairLabel = "nodeloss.lvm-agent.io/pair"
+
+func startNode(t *testing.T, name, pair string) *node {
+	t.Helper()
+	registerNode(t, name, pair)
+	n := &node{name: name, lvm: lvmdfake.NewLVM(lvmdfake.Class{Name: "vg1", SizeBytes: 100 << 30})}
+	_, n.socket = harness.ServeLVMD(t, n.lvm)
+	n.startAgent(t)
+	return n
+}
+
+func (n *node) startAgent(t *testing.T, extra ...string) {
+	t.Helper()
+	n.agent = harness.StartAgent(t, agentBin, append([]string{"--node-name", n.name, "--kubeconfig", cluster.Kubeconfig,
+		"--lvmd-socket", n.socket, "--metrics-address", "", "--v", "2"}, extra...)...)
+}
+
+// registerNode registers a Ready Node as a kubelet would, in its pair.
+func registerNode(t *testing.T, name, pair string) {
+	t.Helper()
+	obj := harness.ReadyNode(t, cluster.ControlPlane, name, "64", "256Gi")
+	obj.Labels[pairLabel] = pair
+	_, err := cluster.Client.CoreV1().Nodes().Update(context.Background(), obj, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatalf("node %s: %v", name, err)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
