@@ -53,7 +53,7 @@ func placement(nodes []string, prefer string) *corev1.Affinity {
 
 func podSpec(affinity *corev1.Affinity, volumes ...corev1.Volume) corev1.PodSpec {
 	return corev1.PodSpec{Affinity: affinity, Volumes: volumes, Containers: []corev1.Container{{Name: "app", Image: "busybox",
-		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}},
+		Resources:    corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}},
 		VolumeMounts: mounts(volumes)}}}
 }
 
@@ -85,8 +85,8 @@ func statefulSet(t *testing.T, ns, name, class string, replicas int32, nodes []s
 	_, err := cluster.Client.AppsV1().StatefulSets(ns).Create(context.Background(), &appsv1.StatefulSet{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: appsv1.StatefulSetSpec{Replicas: &replicas, PodManagementPolicy: appsv1.ParallelPodManagement,
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: spec},
+			Selector:             &metav1.LabelSelector{MatchLabels: labels},
+			Template:             corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: spec},
 			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{{ObjectMeta: metav1.ObjectMeta{Name: "data"}, Spec: claimSpec(class)}}},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
