@@ -25,10 +25,21 @@ type Cluster struct {
 
 // StartCluster starts etcd, kube-apiserver, kube-scheduler and
 // kube-controller-manager from $KUBEBUILDER_ASSETS (scripts/kube-assets.sh
-// kube-scheduler kube-controller-manager builds all four there). extra
-// names more controllers of kube-controller-manager to run (e.g.
-// statefulset-controller), beside the PV ones.
-func StartCluster(t TB, startTimeout time.Duration, extra ...string) *Cluster {
+// kube-scheduler kube-controller-manager builds all four there).
+func StartCluster(t TB, startTimeout time.Duration) *Cluster {
+	return StartClusterWith(t, startTimeout, ClusterOptions{})
+}
+
+// ClusterOptions adds to StartCluster's kube-controller-manager.
+type ClusterOptions struct {
+	// Controllers run beside the PV ones (e.g. statefulset-controller).
+	Controllers []string
+	// ControllerManagerArgs are more of its flags.
+	ControllerManagerArgs []string
+}
+
+// StartClusterWith is StartCluster with more of kube-controller-manager.
+func StartClusterWith(t TB, startTimeout time.Duration, o ClusterOptions) *Cluster {
 	t.Helper()
 	cp := StartControlPlane(t, startTimeout)
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
@@ -45,11 +56,11 @@ func StartCluster(t TB, startTimeout time.Duration, extra ...string) *Cluster {
 	c.Scheduler = StartAgent(t, bin("kube-scheduler"), "--kubeconfig", cp.Kubeconfig,
 		"--authentication-kubeconfig", cp.Kubeconfig, "--authorization-kubeconfig", cp.Kubeconfig,
 		"--secure-port", "0", "--leader-elect=false", "--v", "2")
-	c.ControllerManager = StartAgent(t, bin("kube-controller-manager"), "--kubeconfig", cp.Kubeconfig,
+	c.ControllerManager = StartAgent(t, bin("kube-controller-manager"), append([]string{"--kubeconfig", cp.Kubeconfig,
 		"--secure-port", "0", "--leader-elect=false", "--use-service-account-credentials=false",
 		"--controllers", strings.Join(append([]string{"persistentvolume-binder-controller", "persistentvolume-expander-controller",
-			"persistentvolume-protection-controller", "persistentvolumeclaim-protection-controller"}, extra...), ","),
-		"--v", "2")
+			"persistentvolume-protection-controller", "persistentvolumeclaim-protection-controller"}, o.Controllers...), ","),
+		"--v", "2"}, o.ControllerManagerArgs...)...)
 	return c
 }
 

@@ -2,6 +2,8 @@ package nodeloss
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/lvm-agent/lvm-agent/kube"
 	"github.com/lvm-agent/lvm-agent/provisioner"
@@ -156,6 +159,9 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
 		return cond(), nil
 	})
+	if err != nil {
+		dump(t, "")
+	}
 	require.NoError(t, err, what)
 }
 
@@ -210,15 +216,20 @@ func nodeLostEvents(t *testing.T, ns string) []string {
 func setReady(t *testing.T, name string, ready corev1.ConditionStatus) {
 	t.Helper()
 	ctx := context.Background()
-	n, err := cluster.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-	require.NoError(t, err)
-	for i := range n.Status.Conditions {
-		if n.Status.Conditions[i].Type == corev1.NodeReady {
-			n.Status.Conditions[i].Status, n.Status.Conditions[i].LastTransitionTime = ready, metav1.Now()
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := cluster.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
 		}
-	}
-	_, err = cluster.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
-	require.NoError(t, err)
+		for i := range n.Status.Conditions {
+			if n.Status.Conditions[i].Type == corev1.NodeReady {
+				n.Status.Conditions[i].Status, n.Status.Conditions[i].LastTransitionTime = ready, metav1.Now()
+				n.Status.Conditions[i].LastHeartbeatTime = metav1.Now()
+			}
+		}
+		_, err = cluster.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return err
+	}))
 }
 
 // setOutOfService adds (or removes) the taint an operator sets on a node
@@ -226,20 +237,24 @@ func setReady(t *testing.T, name string, ready corev1.ConditionStatus) {
 func setOutOfService(t *testing.T, name string, on bool) {
 	t.Helper()
 	ctx := context.Background()
-	n, err := cluster.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-	require.NoError(t, err)
-	var taints []corev1.Taint
-	for _, tt := range n.Spec.Taints {
-		if tt.Key != corev1.TaintNodeOutOfService {
-			taints = append(taints, tt)
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := cluster.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
 		}
-	}
-	if on {
-		taints = append(taints, corev1.Taint{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
-	}
-	n.Spec.Taints = taints
-	_, err = cluster.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
-	require.NoError(t, err)
+		var taints []corev1.Taint
+		for _, tt := range n.Spec.Taints {
+			if tt.Key != corev1.TaintNodeOutOfService {
+				taints = append(taints, tt)
+			}
+		}
+		if on {
+			taints = append(taints, corev1.Taint{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
+		}
+		n.Spec.Taints = taints
+		_, err = cluster.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	}))
 }
 
 func podOn(ns, name string) (uid, node string) {
@@ -267,12 +282,12 @@ func dump(t *testing.T, ns string) {
 	ctx := context.Background()
 	if pvcs, err := cluster.Client.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{}); err == nil {
 		for _, p := range pvcs.Items {
-			t.Logf("claim %s uid %s: %s, annotations %v, deleting %v", p.Name, p.UID, p.Status.Phase, p.Annotations, p.DeletionTimestamp != nil)
+			t.Logf("claim %s/%s uid %s: %s, annotations %v, deleting %v", p.Namespace, p.Name, p.UID, p.Status.Phase, p.Annotations, p.DeletionTimestamp != nil)
 		}
 	}
 	if pods, err := cluster.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); err == nil {
 		for _, p := range pods.Items {
-			t.Logf("pod %s uid %s: node %q, deleting %v, conditions %+v", p.Name, p.UID, p.Spec.NodeName, p.DeletionTimestamp != nil, p.Status.Conditions)
+			t.Logf("pod %s/%s uid %s: node %q, deleting %v, conditions %+v", p.Namespace, p.Name, p.UID, p.Spec.NodeName, p.DeletionTimestamp != nil, p.Status.Conditions)
 		}
 	}
 	if evs, err := cluster.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{}); err == nil {
@@ -281,10 +296,15 @@ func dump(t *testing.T, ns string) {
 		}
 	}
 	tail := func(s string) string {
-		if len(s) > 8000 {
-			return s[len(s)-8000:]
+		if len(s) > 30000 {
+			return s[len(s)-30000:]
 		}
 		return s
+	}
+	if dir := os.Getenv("NODELOSS_DUMP_DIR"); dir != "" {
+		_ = os.WriteFile(filepath.Join(dir, "provisioner.log"), []byte(prov.Output()), 0o644)
+		_ = os.WriteFile(filepath.Join(dir, "controller-manager.log"), []byte(cluster.ControllerManager.Output()), 0o644)
+		_ = os.WriteFile(filepath.Join(dir, "scheduler.log"), []byte(cluster.Scheduler.Output()), 0o644)
 	}
 	t.Logf("provisioner:\n%s", tail(prov.Output()))
 	t.Logf("controller-manager:\n%s", tail(cluster.ControllerManager.Output()))

@@ -20,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/lvm-agent/lvm-agent/integration/harness"
 	"github.com/lvm-agent/lvm-agent/kube"
@@ -47,8 +48,14 @@ func run(m *testing.M) int {
 	tb := &harness.ProgramTB{Log: os.Stderr}
 	defer tb.Close()
 	agentBin = harness.AgentBinary(tb, tb.TempDir())
-	cluster = harness.StartCluster(tb, 2*time.Minute,
-		"statefulset-controller", "pod-garbage-collector-controller", "taint-eviction-controller")
+	// The node lifecycle controller gives the Pod informer the index by node
+	// that taint eviction reads (without it, a tainted node's Pods are
+	// evicted only when they change); with no kubelet to renew the Nodes'
+	// heartbeats, its grace is long enough never to mark one unhealthy.
+	cluster = harness.StartClusterWith(tb, 2*time.Minute, harness.ClusterOptions{
+		Controllers:           []string{"statefulset-controller", "pod-garbage-collector-controller", "taint-eviction-controller", "node-lifecycle-controller"},
+		ControllerManagerArgs: []string{"--node-monitor-grace-period", "1h", "--node-startup-grace-period", "1h"},
+	})
 	ctx := context.Background()
 	if _, err := cluster.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
 		tb.Fatalf("%v", err)
@@ -92,6 +99,30 @@ func startNode(t *testing.T, name, pair string) *node {
 	return n
 }
 
+// waitCapacity waits for the provisioner's CSIStorageCapacity of each of
+// the nodes and classes: without one, the scheduler leaves a node out, and
+// a Pod's placement would depend on which object came first.
+func waitCapacity(t *testing.T, nodes []string, classes ...string) {
+	t.Helper()
+	for _, n := range nodes {
+		for _, class := range classes {
+			waitFor(t, "CSIStorageCapacity of "+n+" and "+class, func() bool {
+				list, err := cluster.Client.StorageV1().CSIStorageCapacities(namespace).List(context.Background(), metav1.ListOptions{})
+				if err != nil {
+					return false
+				}
+				for _, c := range list.Items {
+					if c.StorageClassName == class && c.NodeTopology != nil && c.NodeTopology.MatchLabels[corev1.LabelHostname] == n &&
+						c.Capacity != nil && c.Capacity.Sign() > 0 {
+						return true
+					}
+				}
+				return false
+			})
+		}
+	}
+}
+
 func (n *node) startAgent(t *testing.T, extra ...string) {
 	t.Helper()
 	n.agent = harness.StartAgent(t, agentBin, append([]string{"--node-name", n.name, "--kubeconfig", cluster.Kubeconfig,
@@ -101,9 +132,17 @@ func (n *node) startAgent(t *testing.T, extra ...string) {
 // registerNode registers a Ready Node as a kubelet would, in its pair.
 func registerNode(t *testing.T, name, pair string) {
 	t.Helper()
-	obj := harness.ReadyNode(t, cluster.ControlPlane, name, "64", "256Gi")
-	obj.Labels[pairLabel] = pair
-	_, err := cluster.Client.CoreV1().Nodes().Update(context.Background(), obj, metav1.UpdateOptions{})
+	harness.ReadyNode(t, cluster.ControlPlane, name, "64", "256Gi")
+	ctx := context.Background()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		obj, err := cluster.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		obj.Labels[pairLabel] = pair
+		_, err = cluster.Client.CoreV1().Nodes().Update(ctx, obj, metav1.UpdateOptions{})
+		return err
+	})
 	if err != nil {
 		t.Fatalf("node %s: %v", name, err)
 	}

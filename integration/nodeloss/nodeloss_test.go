@@ -75,6 +75,7 @@ func outOfService(t *testing.T) {
 	ns := newNamespace(t, "out-of-service")
 	a, b := startNode(t, "oos-a", ns), startNode(t, "oos-b", ns)
 	both := []string{a.name, b.name}
+	waitCapacity(t, both, recreate, keep, retain)
 	statefulSet(t, ns, "db", recreate, 2, both, "")
 	statefulSet(t, ns, "kept", keep, 1, []string{a.name}, "")
 	statefulSet(t, ns, "ret", retain, 1, both, a.name)
@@ -90,6 +91,11 @@ func outOfService(t *testing.T) {
 	gone := waitBound(t, ns, "gone", "")
 	require.Equal(t, a.name, plain.node)
 	otherPodUID, _ := podOn(ns, otherPod)
+	// The workload runs (no kubelet here: its Pods are bound to their
+	// nodes) before A goes down.
+	for _, pod := range []string{dbPod, otherPod, "kept-0", "ret-0", "plain", "gone"} {
+		waitFor(t, "Pod "+pod+" scheduled", func() bool { _, on := podOn(ns, pod); return on != "" })
+	}
 
 	// A goes down: its agent with it.
 	a.agent.Kill()
@@ -213,6 +219,7 @@ func outOfService(t *testing.T) {
 func deleted(t *testing.T) {
 	ns := newNamespace(t, "deleted")
 	a, b := startNode(t, "del-a", ns), startNode(t, "del-b", ns)
+	waitCapacity(t, []string{a.name, b.name}, recreate)
 	statefulSet(t, ns, "db", recreate, 2, []string{a.name, b.name}, "")
 	dbClaim, dbPod, dbA := replicaOn(t, ns, "db", 2, a.name)
 	otherClaim, _, dbB := replicaOn(t, ns, "db", 2, b.name)
@@ -236,6 +243,7 @@ func deleted(t *testing.T) {
 func notLost(t *testing.T) {
 	ns := newNamespace(t, "not-lost")
 	a, b := startNode(t, "stay-a", ns), startNode(t, "stay-b", ns)
+	waitCapacity(t, []string{a.name, b.name}, recreate)
 	statefulSet(t, ns, "db", recreate, 2, []string{a.name, b.name}, "")
 	claimA, podA, va := replicaOn(t, ns, "db", 2, a.name)
 	claimB, _, vb := replicaOn(t, ns, "db", 2, b.name)
