@@ -19,6 +19,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 
@@ -129,23 +130,45 @@ func (n *node) startAgent(t *testing.T, extra ...string) {
 		"--lvmd-socket", n.socket, "--metrics-address", "", "--v", "2"}, extra...)...)
 }
 
-// registerNode registers a Ready Node as a kubelet would, in its pair.
+// registerNode registers a Ready Node as a kubelet would, in its pair
+// (harness.ReadyNode's steps, each retried: the node lifecycle controller
+// writes a new Node too).
 func registerNode(t *testing.T, name, pair string) {
 	t.Helper()
-	harness.ReadyNode(t, cluster.ControlPlane, name, "64", "256Gi")
 	ctx := context.Background()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		obj, err := cluster.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	nodes := cluster.Client.CoreV1().Nodes()
+	_, err := nodes.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
+		Labels: map[string]string{corev1.LabelHostname: name, pairLabel: pair}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create node %s: %v", name, err)
+	}
+	res := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64"), corev1.ResourceMemory: resource.MustParse("256Gi"),
+		corev1.ResourcePods: resource.MustParse("110")}
+	update := func(what string, change func(*corev1.Node) error) {
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			n, err := nodes.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			return change(n)
+		})
 		if err != nil {
-			return err
+			t.Fatalf("node %s %s: %v", name, what, err)
 		}
-		obj.Labels[pairLabel] = pair
-		_, err = cluster.Client.CoreV1().Nodes().Update(ctx, obj, metav1.UpdateOptions{})
+	}
+	update("status", func(n *corev1.Node) error {
+		n.Status = corev1.NodeStatus{Capacity: res, Allocatable: res, Phase: corev1.NodeRunning,
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+				LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}}
+		_, err := nodes.UpdateStatus(ctx, n, metav1.UpdateOptions{})
 		return err
 	})
-	if err != nil {
-		t.Fatalf("node %s: %v", name, err)
-	}
+	// The API server taints a new Node not-ready; its Ready status lifts it.
+	update("taints", func(n *corev1.Node) error {
+		n.Spec.Taints = nil
+		_, err := nodes.Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
 }
 
 func ptr[T any](v T) *T { return &v }

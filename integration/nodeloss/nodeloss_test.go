@@ -114,14 +114,22 @@ func outOfService(t *testing.T) {
 		return err == nil && pvc.Annotations[kube.AnnLifecycle] == kube.StateCreating && pvc.Annotations[kube.AnnSelectedNode] == a.name
 	})
 
+	oldPodUID, _ := podOn(ns, dbPod)
 	setReady(t, a.name, corev1.ConditionFalse)
 	setOutOfService(t, a.name, true)
 	start := time.Now()
 
 	// The figure: from the taint to A's replica's new claim bound on B,
-	// and to its Pod scheduled there.
-	var toBound, toScheduled time.Duration
+	// and to its Pod scheduled there; on the way, when the old Pod (taint
+	// eviction, then pod GC) and the old claim were gone.
+	var podGone, claimGone, toBound, toScheduled time.Duration
 	waitFor(t, "A's replica bound and scheduled on B", func() bool {
+		if uid, _ := podOn(ns, dbPod); uid != oldPodUID && podGone == 0 {
+			podGone = time.Since(start)
+		}
+		if pvc, err := getClaim(ns, dbClaim); (err != nil || pvc.UID != dbA.pvc.UID) && claimGone == 0 {
+			claimGone = time.Since(start)
+		}
 		if v, ok := bound(ns, dbClaim, string(dbA.pvc.UID)); ok && toBound == 0 {
 			require.Equal(t, b.name, v.node)
 			toBound = time.Since(start)
@@ -132,7 +140,8 @@ func outOfService(t *testing.T) {
 		}
 		return false
 	})
-	t.Logf("FIGURE out-of-service taint → replacement claim Bound on the other node: %v; → its Pod scheduled there: %v", toBound, toScheduled)
+	t.Logf("FIGURE out-of-service taint → replacement claim Bound on the other node: %v; → its Pod scheduled there: %v "+
+		"(on the way: old Pod gone %v, old claim gone %v)", toBound, toScheduled, podGone, claimGone)
 	msg := waitEvent(t, ns, dbClaim, string(dbA.pvc.UID), a.name, provisioner.LostOutOfService, "StatefulSet db", dbA.pv.Name)
 	t.Logf("event on the replaced claim: %s", msg)
 
