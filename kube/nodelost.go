@@ -26,6 +26,13 @@ func MarkClaimNodeLost(ctx context.Context, c kubernetes.Interface, pvc *corev1.
 	return err
 }
 
+// ClearClaimNodeLost removes AnnNodeLost from a claim whose node is back,
+// conditional on the resourceVersion it was read at.
+func ClearClaimNodeLost(ctx context.Context, c kubernetes.Interface, pvc *corev1.PersistentVolumeClaim) error {
+	_, err := UpdatePvcWithAnnotations(ctx, c, pvc.Namespace, pvc.Name, pvc.ResourceVersion, Change{}.Remove(AnnNodeLost), nil)
+	return err
+}
+
 // MarkPVNodeLost writes AnnNodeLost on a PV, conditional on the
 // resourceVersion it was read at. The write is also what makes the
 // provisioner library look at the PV again at once, so that a delete

@@ -62,6 +62,7 @@ type NodeLoss struct {
 	goneSince map[string]time.Time // node name → first seen without a Node
 	names     map[string]string    // volume.node label value → node name
 	counted   map[string]bool      // nodes lost now, counted in the metric
+	looked    map[string]bool      // nodes looked at since the start
 }
 
 // NodeLossMetrics are the node-loss controller's counters.
@@ -102,7 +103,7 @@ func RunNodeLoss(ctx context.Context, client kubernetes.Interface, p *Provisione
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Second, time.Minute),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "node-loss"}),
 		recorder: recorder, metrics: m, now: time.Now,
-		goneSince: map[string]time.Time{}, names: map[string]string{}, counted: map[string]bool{}}
+		goneSince: map[string]time.Time{}, names: map[string]string{}, counted: map[string]bool{}, looked: map[string]bool{}}
 	if c.lost == nil {
 		c.lost = NewLostNodes()
 	}
@@ -268,12 +269,19 @@ func (c *NodeLoss) sync(ctx context.Context, name string) error {
 		c.mu.Lock()
 		wasLost := c.counted[name]
 		delete(c.counted, name)
+		// Once per node after a start too: it may have come back while
+		// no leader ran.
+		first := !c.looked[name]
+		c.looked[name] = true
 		c.mu.Unlock()
 		if wasLost {
 			klog.InfoS("Node no longer counted lost", "node", name)
 		}
 		if recheck > 0 {
 			c.queue.AddAfter(name, recheck)
+		}
+		if node != nil && (wasLost || first) {
+			return c.unmarkKept(ctx, name)
 		}
 		return nil
 	}
@@ -387,6 +395,29 @@ func (c *NodeLoss) releaseClaim(ctx context.Context, pvc *corev1.PersistentVolum
 	c.metrics.claims.WithLabelValues("kept").Inc()
 	klog.InfoS("Node lost: claim kept", "node", node, "reason", reason, "pvc", klog.KObj(pvc), "why", why, "pv", pv.Name, "lv", lv)
 	return nil
+}
+
+// unmarkKept removes the node-lost mark from the kept claims of a node
+// that is back (its taint lifted, or its Node registered again): `volume
+// status` no longer shows them NODE-LOST. (PVs marked stay marked: their
+// delete was decided, and the orphan collector has their LVs.)
+func (c *NodeLoss) unmarkKept(ctx context.Context, node string) error {
+	prefix := node + ": "
+	pvcs, err := c.pvcs.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, pvc := range pvcs {
+		if strings.HasPrefix(pvc.Annotations[kube.AnnNodeLost], prefix) {
+			if err := kube.ClearClaimNodeLost(ctx, c.client, pvc); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			klog.InfoS("Node back: kept claim no longer marked lost", "node", node, "pvc", klog.KObj(pvc))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // sendBack returns an unbound claim whose selected node is lost to the

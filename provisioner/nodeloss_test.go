@@ -114,6 +114,14 @@ func TestNodeLossController(t *testing.T) {
 	_, isLost = lost.Lost("b")
 	assert.False(t, isLost)
 
+	// a back: the kept claims are no longer marked.
+	_, err = client.CoreV1().Nodes().Update(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a"}}, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		c, err := get("ns", "plain")
+		return err == nil && c.Annotations[kube.AnnNodeLost] == ""
+	}, 10*time.Second, 10*time.Millisecond, "plain no longer marked")
+
 	// Delete finishes a marked PV without a word to the agent.
 	marked, err := client.CoreV1().PersistentVolumes().Get(ctx, "pv-released", metav1.GetOptions{})
 	require.NoError(t, err)

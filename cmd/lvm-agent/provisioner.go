@@ -39,7 +39,7 @@ type provisionerOptions struct {
 func provisionerMain(args []string) int {
 	fs := flag.NewFlagSet("lvm-agent provisioner", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: lvm-agent provisioner [flags]\n\nTurns PVCs of StorageClasses whose provisioner is --name into LVs (through the agent on the\nnode the scheduler picked) and local PVs; grows the LV when its claim asks for more; removes the LV of a released PV of reclaim policy Delete.\n\nFlags:\n")
+		fmt.Fprintf(fs.Output(), "Usage: lvm-agent provisioner [flags]\n\nTurns PVCs of StorageClasses whose provisioner is --name into LVs (through the agent on the\nnode the scheduler picked) and local PVs; grows the LV when its claim asks for more; removes the LV of a released PV of reclaim policy Delete;\nreleases the claims of a node lost for good (--node-loss).\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	o := provisionerOptions{}

@@ -193,6 +193,12 @@ func outOfService(t *testing.T) {
 	setOutOfService(t, a.name, false)
 	setReady(t, a.name, corev1.ConditionTrue)
 	a.startAgent(t, "--orphan-gc-interval", "1s", "--orphan-gc-dry-run")
+	for _, k := range []volume{kept, plain} {
+		waitFor(t, k.pvc.Name+" no longer marked lost", func() bool {
+			pvc, err := getClaim(ns, k.pvc.Name)
+			return err == nil && pvc.Annotations[kube.AnnNodeLost] == "" && pvc.UID == k.pvc.UID
+		})
+	}
 	for _, lv := range []string{dbA.pv.Name, gone.pv.Name} {
 		require.Contains(t, lvNames(t, a), lv)
 		waitFor(t, "the orphan collector reports "+lv, func() bool {
