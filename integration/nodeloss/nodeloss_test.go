@@ -27,8 +27,7 @@ const (
 )
 
 // The scenarios share the cluster and run side by side, each on its own
-// pair of nodes (the deleted node's case waits for pod GC's 40 s quarantine
-// of a deleted node's Pods, as a cluster does).
+// pair of nodes.
 func TestNodeLoss(t *testing.T) {
 	storageClass(t, recreate, corev1.PersistentVolumeReclaimDelete, map[string]string{"volumeGroup": "vg1"})
 	storageClass(t, keep, corev1.PersistentVolumeReclaimDelete, map[string]string{"volumeGroup": "vg1", "onNodeLoss": "keep"})
@@ -230,7 +229,7 @@ func outOfService(t *testing.T) {
 
 // Node A's Node object is deleted and does not come back: once the grace
 // has passed, its replica gets a new claim on B, and its Pod goes there
-// (once pod GC has removed the deleted node's Pod).
+// (once the control plane has removed the deleted node's Pod).
 func deleted(t *testing.T) {
 	ns := newNamespace(t, "deleted")
 	a, b := startNode(t, "del-a", ns), startNode(t, "del-b", ns)
@@ -247,7 +246,7 @@ func deleted(t *testing.T) {
 	v := waitBound(t, ns, dbClaim, string(dbA.pvc.UID))
 	assert.Equal(t, b.name, v.node)
 	waitFor(t, "the replica's Pod scheduled on B", func() bool { _, on := podOn(ns, dbPod); return on == b.name })
-	t.Logf("deleted node: replacement bound and scheduled on B %v after the deletion (pod GC's quarantine of the deleted node's Pods included)", time.Since(start))
+	t.Logf("deleted node: replacement bound and scheduled on B %v after the deletion (grace %v)", time.Since(start), grace)
 	same, ok := bound(ns, otherClaim, "")
 	require.True(t, ok)
 	assert.Equal(t, dbB.pvc.UID, same.pvc.UID, "B's claim untouched")
