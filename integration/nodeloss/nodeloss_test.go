@@ -181,7 +181,7 @@ func outOfService(t *testing.T) {
 	})
 	msg = waitEvent(t, "default", gone.pv.Name, string(gone.pv.UID), a.name, "vg1/"+gone.pv.Name)
 	t.Logf("event on the PV removed without its agent: %s", msg)
-	// The PV of A's replacement claim went the same way (reclaim Delete).
+	// The PV of A's replaced claim went the same way (reclaim Delete).
 	waitFor(t, "the replaced claim's PV removed", func() bool {
 		_, err := cluster.Client.CoreV1().PersistentVolumes().Get(ctx, dbA.pv.Name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
