@@ -121,8 +121,8 @@ func TestProvisionerRBAC(t *testing.T) {
 
 	t.Run("refused beyond the role", func(t *testing.T) {
 		for name, call := range map[string]func() error{
-			"delete PVC": func() error {
-				return saClient.CoreV1().PersistentVolumeClaims("default").Delete(ctx, "any", metav1.DeleteOptions{})
+			"delete a StatefulSet": func() error {
+				return saClient.AppsV1().StatefulSets("default").Delete(ctx, "any", metav1.DeleteOptions{})
 			},
 			"create PVC": func() error {
 				_, err := saClient.CoreV1().PersistentVolumeClaims("default").Create(ctx, harness.NewPVC("default", "x", "y"), metav1.CreateOptions{})
@@ -183,6 +183,10 @@ func TestProvisionerRBAC(t *testing.T) {
 			{Verb: "create", Resource: "persistentvolumes"},
 			{Verb: "list", Resource: "pods", Namespace: "default"},
 			{Verb: "patch", Resource: "pods", Namespace: "default", Name: "any"},
+			// The node-loss controller: a StatefulSet's claim on a lost node.
+			{Verb: "delete", Resource: "persistentvolumeclaims", Namespace: "default", Name: "any"},
+			{Verb: "list", Resource: "statefulsets", Group: "apps"},
+			{Verb: "watch", Resource: "statefulsets", Group: "apps"},
 			{Verb: "update", Resource: "leases", Group: "coordination.k8s.io", Namespace: "lvm-agent", Name: kube.DefaultProvisioner},
 			{Verb: "create", Resource: "csistoragecapacities", Group: "storage.k8s.io", Namespace: "lvm-agent"},
 		} {

@@ -55,6 +55,10 @@ type Config struct {
 	// their capacity, and the kind of clone they make and whether they grow
 	// volumes in each volume group.
 	CapacityAnnotation string
+	// LostNodes is what the node-loss controller decided (nil: node loss
+	// off): no volume is asked of a lost node, and a wait for its agent's
+	// answer ends when it is lost.
+	LostNodes *LostNodes
 }
 
 // Provisioner implements controller.Provisioner and controller.BlockProvisioner.
@@ -116,6 +120,11 @@ func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOp
 		// The orphan collector never removes an LV that Kubernetes promised to keep.
 		spec.Tags = append(append([]string(nil), spec.Tags...), kube.RetainedTag)
 	}
+	nodeLabel := kube.NodeLabelValue(opts.SelectedNodeName)
+	if reason, lost := p.cfg.LostNodes.Lost(nodeLabel); lost {
+		// The node-loss controller sends the claim back to the scheduler.
+		return nil, controller.ProvisioningNoChange, fmt.Errorf("selected node %s: %w (%s)", opts.SelectedNodeName, ErrNodeLost, reason)
+	}
 	node, err := p.client.CoreV1().Nodes().Get(ctx, opts.SelectedNodeName, metav1.GetOptions{})
 	if err != nil {
 		return nil, controller.ProvisioningNoChange, fmt.Errorf("selected node %s: %w", opts.SelectedNodeName, err)
@@ -135,9 +144,16 @@ func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOp
 
 	wctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
+	wctx, stop := p.cfg.LostNodes.Watch(wctx, nodeLabel)
+	defer stop()
 	answered, err := kube.CreateVolume(wctx, p.client, pvc.Namespace, pvc.Name, spec, nil)
 	var failed *kube.FailedError
 	switch {
+	case errors.Is(context.Cause(wctx), ErrNodeLost):
+		// Not the library's reschedule: the node-loss controller already
+		// removed selected-node, and the library would remove the node
+		// the scheduler may have picked since.
+		return nil, controller.ProvisioningNoChange, lostError(wctx, opts.SelectedNodeName, err)
 	case errors.Is(err, kube.ErrInsufficientCapacity) && spec.Source == nil:
 		// The scheduler's figures were stale: let it pick another node
 		// (a clone has no other node: its failure is final, below).
@@ -201,7 +217,18 @@ func (p *Provisioner) Delete(ctx context.Context, pv *corev1.PersistentVolume) e
 	if err != nil {
 		return fmt.Errorf("PV %s: %w", pv.Name, err)
 	}
+	if lost := pv.Annotations[kube.AnnNodeLost]; lost != "" {
+		// The node-loss controller marked it (and said so in an event):
+		// nobody will answer, and the LV stays on the lost node's disks.
+		klog.InfoS("PV of a lost node removed without its agent", "pv", pv.Name, "lv", vg+"/"+lv, "nodeLost", lost)
+		return nil
+	}
 	wctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
-	return kube.DeleteVolumeWithAnnotations(wctx, p.client, pv.Name, vg, lv, nil)
+	node := pv.Labels[kube.LabelNode]
+	wctx, stop := p.cfg.LostNodes.Watch(wctx, node)
+	defer stop()
+	// Ended by the node's loss: the controller's mark on the PV brings the
+	// library back here at once.
+	return lostError(wctx, node, kube.DeleteVolumeWithAnnotations(wctx, p.client, pv.Name, vg, lv, nil))
 }

@@ -28,9 +28,10 @@ func TestParseParams(t *testing.T) {
 		want Params
 		err  string
 	}{
-		{"defaults", map[string]string{"volumeGroup": "vg0"}, Params{VolumeGroup: "vg0", FSType: "ext4"}, ""},
-		{"all", map[string]string{"volumeGroup": "vg0", "fsType": "xfs", "tags": "b, a", "striping": "true"},
-			Params{VolumeGroup: "vg0", FSType: "xfs", Tags: []string{"a", "b"}, Striping: true}, ""},
+		{"defaults", map[string]string{"volumeGroup": "vg0"}, Params{VolumeGroup: "vg0", FSType: "ext4", OnNodeLoss: "recreate"}, ""},
+		{"all", map[string]string{"volumeGroup": "vg0", "fsType": "xfs", "tags": "b, a", "striping": "true", "onNodeLoss": "keep"},
+			Params{VolumeGroup: "vg0", FSType: "xfs", Tags: []string{"a", "b"}, Striping: true, OnNodeLoss: "keep"}, ""},
+		{"bad onNodeLoss", map[string]string{"volumeGroup": "vg0", "onNodeLoss": "Keep"}, Params{}, `onNodeLoss="Keep" is neither "recreate" nor "keep"`},
 		{"no vg", map[string]string{"fsType": "xfs"}, Params{}, "volumeGroup is required"},
 		{"unknown", map[string]string{"volumeGroup": "vg0", "stripping": "true"}, Params{}, "unknown StorageClass parameter(s) stripping"},
 		{"bad bool", map[string]string{"volumeGroup": "vg0", "striping": "yes please"}, Params{}, "not a boolean"},

@@ -32,12 +32,14 @@ type provisionerOptions struct {
 	publishCapacity, label       bool
 	resize                       bool
 	healthAddress                string
+	nodeLoss                     string
+	nodeLossGrace                time.Duration
 }
 
 func provisionerMain(args []string) int {
 	fs := flag.NewFlagSet("lvm-agent provisioner", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: lvm-agent provisioner [flags]\n\nTurns PVCs of StorageClasses whose provisioner is --name into LVs (through the agent on the\nnode the scheduler picked) and local PVs; grows the LV when its claim asks for more; removes the LV of a released PV of reclaim policy Delete.\n\nFlags:\n")
+		fmt.Fprintf(fs.Output(), "Usage: lvm-agent provisioner [flags]\n\nTurns PVCs of StorageClasses whose provisioner is --name into LVs (through the agent on the\nnode the scheduler picked) and local PVs; grows the LV when its claim asks for more; removes the LV of a released PV of reclaim policy Delete;\nreleases the claims of a node lost for good (--node-loss).\n\nFlags:\n")
 		printFlags(fs)
 	}
 	o := provisionerOptions{}
@@ -60,6 +62,8 @@ func provisionerMain(args []string) int {
 	fs.BoolVar(&o.publishCapacity, "publish-capacity", true, "keep one CSIStorageCapacity per node and StorageClass from the Node capacity annotation (the CSIDriver object must say storageCapacity: true for the scheduler to use them; with false, also set it false)")
 	fs.BoolVar(&o.label, "label-requests", true, "give the requests of provisioners that do not label (PVCs creating, PVs deleting, without "+kube.LabelNode+") the label of their node, while leading, so that hybrid-mode agents see them through their labelled watch")
 	fs.BoolVar(&o.resize, "resize", true, "grow the local PVs it made when their claim asks for more (StorageClasses with allowVolumeExpansion), while leading, through the node's agent; kubelet then grows the filesystem online")
+	fs.StringVar(&o.nodeLoss, "node-loss", "on", "on: release the claims of a node lost for good (tainted node.kubernetes.io/out-of-service, or its Node deleted and not back within --node-loss-grace), as each StorageClass's onNodeLoss says, while leading; off: never")
+	fs.DurationVar(&o.nodeLossGrace, "node-loss-grace", provisioner.DefaultNodeLossGrace, "how long a deleted Node may take to register again under the same name before its node counts lost (a NotReady node never does)")
 	fs.StringVar(&o.capacityAnnotation, "node-capacity-annotation", kube.DefaultCapacityAnnotation, "Node annotation the agents publish their capacity in (and the kind of clone they make, and whether they grow volumes, in each volume group)")
 	var logs logFlags
 	logs.addFlags(fs)
@@ -109,6 +113,12 @@ func runProvisioner(o provisionerOptions) error {
 	if err := provisioner.CheckName(o.name); err != nil {
 		return fmt.Errorf("--name: %w", err)
 	}
+	if o.nodeLoss != "on" && o.nodeLoss != "off" {
+		return fmt.Errorf("--node-loss must be on or off, not %q", o.nodeLoss)
+	}
+	if o.nodeLossGrace <= 0 {
+		return fmt.Errorf("--node-loss-grace must be positive, not %s", o.nodeLossGrace)
+	}
 	client, err := newClient(o.kubeconfig, o.qps, o.burst)
 	if err != nil {
 		return err
@@ -121,10 +131,19 @@ func runProvisioner(o provisionerOptions) error {
 			return err
 		}
 	}
-	p := provisioner.New(client, provisioner.Config{Name: o.name, Timeout: o.timeout, CapacityAnnotation: o.capacityAnnotation})
+	var lost *provisioner.LostNodes
+	if o.nodeLoss == "on" {
+		lost = provisioner.NewLostNodes()
+	}
+	p := provisioner.New(client, provisioner.Config{Name: o.name, Timeout: o.timeout, CapacityAnnotation: o.capacityAnnotation, LostNodes: lost})
 	pc := controller.NewProvisionController(ctx, client, o.name, p, controllerOptions(o)...)
 	run := func(ctx context.Context) {
-		klog.InfoS("Starting lvm-agent provisioner", "name", o.name, "publishCapacity", o.publishCapacity, "resize", o.resize)
+		klog.InfoS("Starting lvm-agent provisioner", "name", o.name, "publishCapacity", o.publishCapacity, "resize", o.resize,
+			"nodeLoss", o.nodeLoss, "nodeLossGrace", o.nodeLossGrace)
+		if lost != nil {
+			// The library serves the default registry at --metrics-port.
+			go provisioner.RunNodeLoss(ctx, client, p, o.nodeLossGrace, provisioner.NewNodeLossMetrics(prometheus.DefaultRegisterer))
+		}
 		if o.publishCapacity {
 			go provisioner.NewCapacity(client, o.name, o.namespace, o.capacityAnnotation).Run(ctx)
 		}

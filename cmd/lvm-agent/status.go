@@ -56,6 +56,7 @@ const (
 	checkNotOurs  = "LV-NOT-OURS"
 	checkBadSpec  = "BAD-SPEC"
 	checkDevice   = "DEVICE-INACTIVE" // created, but the LV's device is not active in device-mapper
+	checkNodeLost = "NODE-LOST"       // the claim's node is lost for good; the provisioner kept the claim (kube.AnnNodeLost)
 )
 
 // statusRow is one volume: the API side (object, state, age) next to the
@@ -210,7 +211,7 @@ func (s statusCheck) report(pvcs []corev1.PersistentVolumeClaim, pvs []corev1.Pe
 	pools := thinPools(s.devs, s.lvs)
 	rep := statusReport{Node: s.node.Name, Volumes: rows, ThinPools: pools, Summary: statusSummary{
 		Rows: len(rows), LVsChecked: s.lvs != nil, MissingLVs: counts[checkMissing], OrphanLVs: counts[checkOrphan],
-		StuckRequests: counts[checkStuck], OtherProblems: counts[checkNotOurs] + counts[checkBadSpec] + counts[checkDevice]}}
+		StuckRequests: counts[checkStuck], OtherProblems: counts[checkNotOurs] + counts[checkBadSpec] + counts[checkDevice] + counts[checkNodeLost]}}
 	for _, p := range pools {
 		if len(p.Problems) > 0 {
 			rep.Summary.UnhealthyThinPools++
@@ -297,6 +298,12 @@ func (s statusCheck) pvcRow(p *corev1.PersistentVolumeClaim, seen map[string]boo
 			// lvm's own word: lvmd's lv_attr, read as root.
 			r.Check, r.Detail = checkDevice, "lvm reports the LV not active (lv_attr "+v.Attr+"); device-mapper not read"
 		}
+	}
+	if lost := p.Annotations[kube.AnnNodeLost]; lost != "" && st == kube.StateCreated {
+		// Whatever lvmd says (a node back with its disks still has the
+		// LV): the provisioner kept this claim of a lost node, and only
+		// its owner releases it (docs/operations.md "Retiring a node").
+		r.Check, r.Detail = checkNodeLost, "node "+lost+"; the claim is kept: delete its Pods, then the claim, to release it"
 	}
 	return r, true
 }

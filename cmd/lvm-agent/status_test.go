@@ -190,3 +190,22 @@ func TestStatusInactiveLVWithoutDeviceMapper(t *testing.T) {
 		assert.Equal(t, tc.check != checkOK, rep.Summary.OtherProblems == 1, tc.attr)
 	}
 }
+
+// Issue 44: a claim the provisioner kept although its node is lost shows
+// NODE-LOST, counted a problem, whether or not lvmd was read.
+func TestStatusNodeLostClaim(t *testing.T) {
+	pvc := corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "data", UID: "uid-1",
+		Annotations: map[string]string{kube.AnnLifecycle: kube.StateCreated, kube.AnnSelectedNode: "node-1",
+			kube.AnnSpec: `{"volumeGroup":"vg1","name":"lv1","size":4096}`, kube.AnnNodeLost: "node-1: out-of-service taint"}}}
+	for name, lvs := range map[string]map[string]lvmbackend.Volume{
+		"backend none":          nil,
+		"node back with its LV": {"vg1/lv1": {DeviceClass: "vg1", Name: "lv1", SizeBytes: 4 << 20, Tags: []string{agent.OwnerTag("uid-1")}}},
+	} {
+		s := statusCheck{node: kube.Node{Name: "node-1"}, now: time.Now(), stuckAfter: time.Minute, lvs: lvs}
+		rep := s.report([]corev1.PersistentVolumeClaim{pvc}, nil)
+		require.NotEmpty(t, rep.Volumes, name)
+		assert.Equal(t, checkNodeLost, rep.Volumes[0].Check, name)
+		assert.Contains(t, rep.Volumes[0].Detail, "node-1: out-of-service taint", name)
+		assert.Equal(t, 1, rep.Summary.OtherProblems, name)
+	}
+}

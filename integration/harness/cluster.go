@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,6 +27,19 @@ type Cluster struct {
 // kube-controller-manager from $KUBEBUILDER_ASSETS (scripts/kube-assets.sh
 // kube-scheduler kube-controller-manager builds all four there).
 func StartCluster(t TB, startTimeout time.Duration) *Cluster {
+	return StartClusterWith(t, startTimeout, ClusterOptions{})
+}
+
+// ClusterOptions adds to StartCluster's kube-controller-manager.
+type ClusterOptions struct {
+	// Controllers run beside the PV ones (e.g. statefulset-controller).
+	Controllers []string
+	// ControllerManagerArgs are more of its flags.
+	ControllerManagerArgs []string
+}
+
+// StartClusterWith is StartCluster with more of kube-controller-manager.
+func StartClusterWith(t TB, startTimeout time.Duration, o ClusterOptions) *Cluster {
 	t.Helper()
 	cp := StartControlPlane(t, startTimeout)
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
@@ -42,10 +56,11 @@ func StartCluster(t TB, startTimeout time.Duration) *Cluster {
 	c.Scheduler = StartAgent(t, bin("kube-scheduler"), "--kubeconfig", cp.Kubeconfig,
 		"--authentication-kubeconfig", cp.Kubeconfig, "--authorization-kubeconfig", cp.Kubeconfig,
 		"--secure-port", "0", "--leader-elect=false", "--v", "2")
-	c.ControllerManager = StartAgent(t, bin("kube-controller-manager"), "--kubeconfig", cp.Kubeconfig,
+	c.ControllerManager = StartAgent(t, bin("kube-controller-manager"), append([]string{"--kubeconfig", cp.Kubeconfig,
 		"--secure-port", "0", "--leader-elect=false", "--use-service-account-credentials=false",
-		"--controllers", "persistentvolume-binder-controller,persistentvolume-expander-controller,persistentvolume-protection-controller,persistentvolumeclaim-protection-controller",
-		"--v", "2")
+		"--controllers", strings.Join(append([]string{"persistentvolume-binder-controller", "persistentvolume-expander-controller",
+			"persistentvolume-protection-controller", "persistentvolumeclaim-protection-controller"}, o.Controllers...), ","),
+		"--v", "2"}, o.ControllerManagerArgs...)...)
 	return c
 }
 
