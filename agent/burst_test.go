@@ -58,12 +58,12 @@ func (b *burst) creates(tb testing.TB, n int) []map[string]string {
 				return false, nil
 			}
 		}
+		byName := map[string]map[string]string{}
+		for _, pvc := range list.Items {
+			byName[pvc.Name] = pvc.Annotations
+		}
 		for i := range n {
-			for j := range list.Items {
-				if list.Items[j].Name == burstName(i) {
-					answers[i] = list.Items[j].Annotations
-				}
-			}
+			answers[i] = byName[burstName(i)]
 		}
 		return true, nil
 	})

@@ -132,8 +132,13 @@ func CreateVolume(ctx context.Context, c kubernetes.Interface, namespace, pvcNam
 // that stands, without writing it a second time, which would only clear
 // the agent's last transient error and wake the agent for nothing.
 func openCreate(pvc *corev1.PersistentVolumeClaim, node, spec string) bool {
-	ann := pvc.Annotations
-	return ann[AnnLifecycle] == StateCreating && ann[AnnSpec] == spec && pvc.Labels[LabelNode] == NodeLabelValue(node)
+	return pvc.Annotations[AnnLifecycle] == StateCreating && sameCreate(pvc, node, spec)
+}
+
+// sameCreate: the PVC's request is spec, asked of node (the volume.node
+// label written with it).
+func sameCreate(pvc *corev1.PersistentVolumeClaim, node, spec string) bool {
+	return pvc.Annotations[AnnSpec] == spec && pvc.Labels[LabelNode] == NodeLabelValue(node)
 }
 
 // answeredCreate: the PVC carries lvm-agent's "created" answer (with the
@@ -142,9 +147,7 @@ func openCreate(pvc *corev1.PersistentVolumeClaim, node, spec string) bool {
 // get the same answer. A failed answer, another spec, another node or an
 // answer without a device (an agent of the original design) is asked again.
 func answeredCreate(pvc *corev1.PersistentVolumeClaim, node, spec string) bool {
-	ann := pvc.Annotations
-	return ann[AnnLifecycle] == StateCreated && ann[AnnSpec] == spec && ann[AnnDevice] != "" &&
-		pvc.Labels[LabelNode] == NodeLabelValue(node)
+	return pvc.Annotations[AnnLifecycle] == StateCreated && pvc.Annotations[AnnDevice] != "" && sameCreate(pvc, node, spec)
 }
 
 // request is the change a provisioner writes to ask: the state and spec, and

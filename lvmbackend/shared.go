@@ -205,17 +205,12 @@ func (s *Shared) wrote(dc string, apply func([]Volume) []Volume) {
 	}
 }
 
-// put is the write of an LV lvmd answered for: its answer has neither
-// lv_attr nor, from topolvm's CreateLV, the path, which is filled from its
-// class's other LVs (lvmd reports every LV of a VG as /dev/VG/NAME). An
-// lv_attr left empty makes the agent check dependents by a fresh read.
+// put is the write of an LV lvmd answered for. Its answer has no lv_attr,
+// which makes the agent check dependents by a fresh read.
 func put(v Volume) func([]Volume) []Volume {
 	return func(vols []Volume) []Volume {
 		if i := slices.IndexFunc(vols, func(o Volume) bool { return o.Name == v.Name }); i >= 0 {
 			return slices.Replace(vols, i, i+1, v)
-		}
-		if v.Path == "" && len(vols) > 0 && vols[0].Path != "" {
-			v.Path = path.Join(path.Dir(vols[0].Path), v.Name)
 		}
 		return append(vols, v)
 	}
@@ -227,24 +222,23 @@ func drop(name string) func([]Volume) []Volume {
 	}
 }
 
-// CreateVolume creates and records the LV; its answer gets the path its
-// class's listing implies when lvmd's answer had none.
+// CreateVolume creates and records the LV. topolvm's CreateLV answers
+// without the path: it gets the one its class's kept listing implies (lvmd
+// lists every LV of a VG as /dev/VG/NAME).
 func (s *Shared) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, error) {
 	v, err := s.Backend.CreateVolume(ctx, req)
 	if err != nil {
 		s.wrote(req.DeviceClass, nil)
 		return nil, err
 	}
-	s.wrote(req.DeviceClass, put(*v))
 	if v.Path == "" {
 		s.mu.Lock()
-		if l := s.classes[req.DeviceClass]; l.kept {
-			if i := slices.IndexFunc(l.vols, func(o Volume) bool { return o.Name == v.Name }); i >= 0 {
-				v.Path = l.vols[i].Path
-			}
+		if l := s.class(req.DeviceClass); l.kept && len(l.vols) > 0 && l.vols[0].Path != "" {
+			v.Path = path.Join(path.Dir(l.vols[0].Path), v.Name)
 		}
 		s.mu.Unlock()
 	}
+	s.wrote(req.DeviceClass, put(*v))
 	return v, nil
 }
 

@@ -82,19 +82,9 @@ func (c *Capacity) Run(ctx context.Context) {
 		<-ctx.Done()
 		c.queue.ShutDown()
 	}()
-	for {
-		k, shutdown := c.queue.Get()
-		if shutdown {
-			return
-		}
-		if err := c.sync(ctx); err != nil {
-			klog.ErrorS(err, "Could not update CSIStorageCapacity objects; will retry")
-			c.queue.AddRateLimited(k)
-		} else {
-			c.queue.Forget(k)
-		}
-		c.queue.Done(k)
-	}
+	work(ctx, c.queue, func(ctx context.Context, _ string) error { return c.sync(ctx) }, func(_ string, err error) {
+		klog.ErrorS(err, "Could not update CSIStorageCapacity objects; will retry")
+	})
 }
 
 // Desired computes the CSIStorageCapacity objects for nodes and classes:

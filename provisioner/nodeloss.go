@@ -89,10 +89,10 @@ func RunNodeLoss(ctx context.Context, client kubernetes.Interface, p *Provisione
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
 	defer c.queue.ShutDown()
-	if !cache.WaitForCacheSync(ctx.Done(), factory.Core().V1().Nodes().Informer().HasSynced,
-		factory.Core().V1().PersistentVolumes().Informer().HasSynced, factory.Core().V1().PersistentVolumeClaims().Informer().HasSynced,
-		factory.Storage().V1().StorageClasses().Informer().HasSynced, factory.Apps().V1().StatefulSets().Informer().HasSynced) {
-		return
+	for _, synced := range factory.WaitForCacheSync(ctx.Done()) {
+		if !synced {
+			return
+		}
 	}
 	c.missingAtStart()
 	klog.InfoS("Node-loss controller started", "grace", grace)
@@ -202,19 +202,9 @@ func (c *NodeLoss) missingAtStart() {
 }
 
 func (c *NodeLoss) work(ctx context.Context) {
-	for {
-		name, quit := c.queue.Get()
-		if quit {
-			return
-		}
-		if err := c.sync(ctx, name); err != nil {
-			klog.ErrorS(err, "Node loss: not all done; trying again", "node", name)
-			c.queue.AddRateLimited(name)
-		} else {
-			c.queue.Forget(name)
-		}
-		c.queue.Done(name)
-	}
+	work(ctx, c.queue, c.sync, func(name string, err error) {
+		klog.ErrorS(err, "Node loss: not all done; trying again", "node", name)
+	})
 }
 
 // sync decides whether the node is lost and, if so, releases what it holds.

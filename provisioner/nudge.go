@@ -94,26 +94,10 @@ func usesClaim(pod *corev1.Pod, claim string) bool {
 // Run works the queue until ctx ends.
 func (n *Nudger) Run(ctx context.Context) {
 	defer n.queue.ShutDown()
-	go func() {
-		for n.next(ctx) {
-		}
-	}()
-	<-ctx.Done()
-}
-
-func (n *Nudger) next(ctx context.Context) bool {
-	key, quit := n.queue.Get()
-	if quit {
-		return false
-	}
-	defer n.queue.Done(key)
-	if err := n.sync(ctx, key); err != nil {
+	go work(ctx, n.queue, n.sync, func(key string, err error) {
 		klog.ErrorS(err, "Kubelet not nudged yet; retrying", "claim", key)
-		n.queue.AddRateLimited(key)
-		return true
-	}
-	n.queue.Forget(key)
-	return true
+	})
+	<-ctx.Done()
 }
 
 // sync nudges the running Pods of the claim key, if it waits for kubelet

@@ -86,19 +86,9 @@ func unplaced(pvc *corev1.PersistentVolumeClaim) bool {
 }
 
 func (pl *Placer) work(ctx context.Context) {
-	for {
-		key, quit := pl.queue.Get()
-		if quit {
-			return
-		}
-		if err := pl.place(ctx, key); err != nil {
-			klog.V(2).InfoS("Clone not placed; looking again later", "pvc", key, "err", err)
-			pl.queue.AddRateLimited(key)
-		} else {
-			pl.queue.Forget(key)
-		}
-		pl.queue.Done(key)
-	}
+	work(ctx, pl.queue, pl.place, func(key string, err error) {
+		klog.V(2).InfoS("Clone not placed; looking again later", "pvc", key, "err", err)
+	})
 }
 
 // place names the source's node on the clone claim of key, or says why not.

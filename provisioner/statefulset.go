@@ -7,6 +7,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 )
 
 // StatefulSetOf is the StatefulSet whose volumeClaimTemplates made pvc, or
@@ -33,17 +34,9 @@ func StatefulSetOf(pvc *corev1.PersistentVolumeClaim, sets []*appsv1.StatefulSet
 	return nil
 }
 
-func hasLabels(labels map[string]string, sel *metav1.LabelSelector) bool {
-	if sel == nil || len(sel.MatchLabels) == 0 {
-		return false
-	}
-	want := sel.MatchLabels
-	for k, v := range want {
-		if labels[k] != v {
-			return false
-		}
-	}
-	return true
+// hasLabels: the set's matchLabels, all of them (none: no match).
+func hasLabels(l map[string]string, sel *metav1.LabelSelector) bool {
+	return sel != nil && len(sel.MatchLabels) > 0 && labels.SelectorFromSet(sel.MatchLabels).Matches(labels.Set(l))
 }
 
 // setHasOrdinal: s is a decimal ordinal (as the controller writes it: no
