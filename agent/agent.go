@@ -311,7 +311,7 @@ func (a *Agent) sync(k Key) syncResult {
 		t, op, err = a.deleteStep(obj.(*corev1.PersistentVolume))
 	}
 	if err != nil {
-		return a.answer(r, fail(kube.ReasonInvalidSpec, err), time.Now())
+		return a.answer(r, fail(kube.ReasonInvalidSpec, err), time.Now(), nil)
 	}
 	if !a.acquire(t) {
 		return syncBusy
@@ -320,7 +320,8 @@ func (a *Agent) sync(k Key) syncResult {
 	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.OpTimeout)
 	defer cancel()
 	start := time.Now()
-	return a.answer(r, op(ctx), start)
+	ctx, st := withSteps(ctx, start.Sub(seen))
+	return a.answer(r, op(ctx), start, st)
 }
 
 // req is a request being handled: its object as last seen and when it was
@@ -357,7 +358,7 @@ func (a *Agent) release(t target) { a.mu.Lock(); delete(a.busy, t); a.mu.Unlock(
 
 // answer writes the outcome on the object: the final state (one conditional
 // merge patch), or for a transient error the error message, then a retry.
-func (a *Agent) answer(r req, out outcome, start time.Time) syncResult {
+func (a *Agent) answer(r req, out outcome, start time.Time, st *steps) syncResult {
 	k, obj := r.key, r.obj
 	m, _ := meta.Accessor(obj)
 	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.OpTimeout)
@@ -428,10 +429,10 @@ func (a *Agent) answer(r req, out outcome, start time.Time) syncResult {
 		klog.ErrorS(out.err, "Volume request failed", "request", k, "reason", out.reason)
 		a.recorder.Event(obj, corev1.EventTypeWarning, "Volume"+out.reason, kube.OneLine(out.err))
 	} else if out.state == kube.StateExpanded {
-		klog.InfoS("Volume request done", "request", k, "state", out.state, "sizeBytes", out.size, "duration", time.Since(start), "write", wrote)
+		klog.InfoS("Volume request done", append([]any{"request", k, "state", out.state, "sizeBytes", out.size, "duration", time.Since(start), "write", wrote}, st.kvs()...)...)
 		a.recorder.Eventf(obj, corev1.EventTypeNormal, "VolumeExpanded", "volume expanded to %d bytes by lvm-agent on node %s", out.size, a.cfg.Node.Name)
 	} else {
-		klog.InfoS("Volume request done", "request", k, "state", out.state, "duration", time.Since(start), "write", wrote)
+		klog.InfoS("Volume request done", append([]any{"request", k, "state", out.state, "duration", time.Since(start), "write", wrote}, st.kvs()...)...)
 		a.recorder.Eventf(obj, corev1.EventTypeNormal, "Volume"+titleCase(out.state), "volume %s by lvm-agent on node %s", out.state, a.cfg.Node.Name)
 	}
 	return syncDone

@@ -25,8 +25,7 @@ func (a *Agent) growStep(pv *corev1.PersistentVolume) (target, func(context.Cont
 // crash (the LV grown, the answer not written) answer at once. The size
 // answered is the one LVM made, rounded up to whole extents.
 func (a *Agent) grow(ctx context.Context, pv *corev1.PersistentVolume, spec kube.CreateSpec, t target) outcome {
-	st := newSteps()
-	defer st.log("Grow steps", "lv", t)
+	st := stepsOf(ctx)
 	ref := pv.Spec.ClaimRef
 	if ref == nil || ref.UID == "" {
 		return fail(kube.ReasonInvalidSpec, fmt.Errorf("PV %s is bound to no claim (no claimRef with a UID): only a claim's own LV is grown", pv.Name))

@@ -123,8 +123,10 @@ func (a *Agent) create(ctx context.Context, pvc *corev1.PersistentVolumeClaim, s
 	if pvc.DeletionTimestamp != nil {
 		return fail(kube.ReasonClaimTerminating, fmt.Errorf("PVC is being deleted (since %s); no LV is created for it", pvc.DeletionTimestamp.UTC().Format(time.RFC3339)))
 	}
+	st := stepsOf(ctx)
 	tag := OwnerTag(pvc.UID)
 	lvs, err := a.backend.ListVolumes(ctx, t.deviceClass)
+	st.done("lvmdList")
 	switch {
 	case errors.Is(err, lvmbackend.ErrUnknownDeviceClass):
 		return fail(kube.ReasonUnknownVolumeGroup, fmt.Errorf("volume group %q (device class %q) is not served by lvmd on this node: %w", spec.VolumeGroup, t.deviceClass, err))
@@ -153,6 +155,7 @@ func (a *Agent) create(ctx context.Context, pvc *corev1.PersistentVolumeClaim, s
 	if out, found := a.elsewhere(ctx, t, tag); found {
 		return out
 	}
+	st.done("checks")
 	// Only the claim as the API server has it now gets an LV, not the one an
 	// informer last showed: that may have been answered by another agent of
 	// the node, its LV made and removed, and the claim deleted meanwhile
@@ -163,6 +166,7 @@ func (a *Agent) create(ctx context.Context, pvc *corev1.PersistentVolumeClaim, s
 	case now == nil || now.ResourceVersion != pvc.ResourceVersion:
 		return changed()
 	}
+	st.done("claimCheck")
 	req := lvmbackend.CreateRequest{DeviceClass: t.deviceClass, Name: t.name, SizeBytes: spec.Size,
 		Tags: append(append([]string(nil), spec.Tags...), tag)}
 	if spec.Striping {
@@ -181,6 +185,7 @@ func (a *Agent) create(ctx context.Context, pvc *corev1.PersistentVolumeClaim, s
 	} else {
 		vol, createErr = a.backend.CreateVolume(ctx, req)
 	}
+	st.done("lvmdCreate")
 	if createErr == nil {
 		return a.made(ctx, pvc, vol, t, done)
 	}
@@ -291,8 +296,7 @@ func (a *Agent) elsewhere(ctx context.Context, t target, tag string) (outcome, b
 // remove deletes a PV's LV if, and only if, it is ours to delete: a plain
 // volume without dependents, and no live claim's.
 func (a *Agent) remove(ctx context.Context, pv *corev1.PersistentVolume, t target) outcome {
-	st := newSteps()
-	defer st.log("Delete steps", "lv", t)
+	st := stepsOf(ctx)
 	lv, err := a.backend.GetVolume(ctx, t.deviceClass, t.name)
 	st.done("read")
 	switch {
@@ -427,11 +431,14 @@ func (a *Agent) claimNow(ctx context.Context, pvc *corev1.PersistentVolumeClaim)
 // When the claim cannot be read, the LV stays and the create is retried:
 // the next attempt finds the LV by its tag.
 func (a *Agent) made(ctx context.Context, pvc *corev1.PersistentVolumeClaim, vol *lvmbackend.Volume, t target, done func(*lvmbackend.Volume) outcome) outcome {
+	st := stepsOf(ctx)
 	now, err := a.claimNow(ctx, pvc)
+	st.done("claimCheckAfter")
 	switch {
 	case err != nil:
 		return retry(err)
 	case now != nil && now.DeletionTimestamp == nil:
+		defer st.done("device")
 		return done(vol)
 	case vol.HasTag(ProtectedTag):
 		klog.InfoS("Claim went away while its LV was made; the LV is tagged protected and stays", "request", klog.KObj(pvc), "lv", t)

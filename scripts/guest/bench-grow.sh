@@ -7,8 +7,8 @@
 #            manager's hand-over to lvm-agent's resizer, then the resizer)
 #   agent    a start -> a done ("Volume request done", state expanded)
 #   lvmd     the agent's lvmd calls for the grow, as the agent timed them
-#            (its "Grow steps" line at --v=2: read, the LV's tags and size;
-#            lvmdResize, ResizeLV with lvmd's own lookups and lvextend).
+#            (its "Volume request done" line's steps: read, the LV's tags and
+#            size; lvmdResize, ResizeLV with lvmd's own lookups and lvextend).
 #            lvmd's log spans only part of that: it logs the request after
 #            its lookups (vgs, lvs), seconds under TCG.
 #   answer   w expanding -> w expanded (the agent, seen from outside)
@@ -73,13 +73,9 @@ bench_grow() {
     FILENAME ~ /agent.log$/ && /"Volume request done"/ && /state="expanded"/ {
       if (match($0, /request="pv:[^"]+"/)) { n = PV[substr($0, RSTART + 12, RLENGTH - 13)]
         match($0, /duration="[^"]+"/); d = dur(substr($0, RSTART + 10, RLENGTH - 11))
-        first(n " agent_done", klog($1 " " $2)); first(n " agent_start", klog($1 " " $2) - d) }
-      next
-    }
-    FILENAME ~ /agent.log$/ && /"Grow steps"/ && /lvmdResize=/ {
-      if (match($0, /lv="[^"\/]+\/[^"]+"/)) { s = substr($0, RSTART + 4, RLENGTH - 5); lv = substr(s, index(s, "/") + 1)
-        match($0, / read="[^"]+"/); r = dur(substr($0, RSTART + 7, RLENGTH - 8))
-        match($0, /lvmdResize="[^"]+"/); first(lv " lvmd", r + dur(substr($0, RSTART + 12, RLENGTH - 13))) }
+        first(n " agent_done", klog($1 " " $2)); first(n " agent_start", klog($1 " " $2) - d)
+        if (match($0, / read="[^"]+"/)) { r = dur(substr($0, RSTART + 7, RLENGTH - 8))
+          if (match($0, /lvmdResize="[^"]+"/)) first(n " lvmd", r + dur(substr($0, RSTART + 12, RLENGTH - 13))) } }
       next
     }
     FILENAME ~ /grown.log$/ { first($2 " seen", rfc($1)) }
@@ -88,7 +84,7 @@ bench_grow() {
       printf "%-8s", "run"; for (m = 1; m <= 7; m++) printf " %8s", M[m]; printf " %8s\n", "ours%"
       for (i = 1; i <= runs; i++) { n = "grow-" i
         v[1] = T[n " expanding"] - T[n " raised"]; v[2] = T[n " agent_done"] - T[n " agent_start"]
-        v[3] = T[LV[n] " lvmd"]; v[4] = T[n " expanded"] - T[n " expanding"]
+        v[3] = T[n " lvmd"]; v[4] = T[n " expanded"] - T[n " expanding"]
         v[5] = T[n " pvcap"] - T[n " expanded"]; v[6] = T[n " seen"] - T[n " pvcap"]
         v[7] = T[n " seen"] - T[n " raised"]
         printf "%-8s", n; for (m = 1; m <= 7; m++) printf " %8.3f", v[m]

@@ -407,9 +407,23 @@ watch_loop() {
     sleep 0.2
   done
 }
-watch_loop get pvc -l bench=peers -w -o jsonpath='{"pvc "}{.metadata.name}{" phase="}{.status.phase}{" del="}{.metadata.deletionTimestamp}{" req="}{.spec.resources.requests.storage}{"\n"}' > >(stamp >>"$w/watch.log") &
+# The claims' and volumes' states, each hop of the timeline (timeline.awk):
+# the node selected, lvm-agent's request and answer (volume.lifecycle), the
+# volume named, the PV's phase and capacity, the resize's allocated size
+# and status, the capacity kubelet finished a grow with; the Pods' node and
+# the nudge annotations (lvm-agent's and TopoLVM's) after a grow.
+watch_loop get pvc -l bench=peers -w -o jsonpath='{"pvc "}{.metadata.name}{" phase="}{.status.phase}{" del="}{.metadata.deletionTimestamp}{" req="}{.spec.resources.requests.storage}{" node="}{.metadata.annotations.volume\.kubernetes\.io/selected-node}{" state="}{.metadata.annotations.pv\.csi\.alibabacloud\.com/volume\.lifecycle}{" pv="}{.spec.volumeName}{" cap="}{.status.capacity.storage}{" alloc="}{.status.allocatedResources.storage}{" rs="}{.status.allocatedResourceStatuses.storage}{"\n"}' > >(stamp >>"$w/watch.log") &
 watches=($!)
-watch_loop get pod -l bench=peers -w -o jsonpath='{"pod "}{.metadata.name}{" phase="}{.status.phase}{" del="}{.metadata.deletionTimestamp}{"\n"}' > >(stamp >>"$w/watch.log") &
+watch_loop get pod -l bench=peers -w -o jsonpath='{"pod "}{.metadata.name}{" phase="}{.status.phase}{" del="}{.metadata.deletionTimestamp}{" node="}{.spec.nodeName}{" nudge="}{.metadata.annotations.pv\.csi\.alibabacloud\.com/volume\.resize-nudge}{.metadata.annotations.topolvm\.io/last-resizefs-requested-at}{"\n"}' > >(stamp >>"$w/watch.log") &
+watches+=($!)
+# Every PV (the bench's are the only ones made meanwhile): its claim, phase,
+# capacity, lvm-agent's delete and grow requests and answers.
+watch_loop get pv -w -o jsonpath='{"pv "}{.metadata.name}{" claim="}{.spec.claimRef.name}{" phase="}{.status.phase}{" del="}{.metadata.deletionTimestamp}{" cap="}{.spec.capacity.storage}{" state="}{.metadata.annotations.pv\.csi\.alibabacloud\.com/volume\.lifecycle}{"\n"}' > >(stamp >>"$w/watch.log") &
+watches+=($!)
+# TopoLVM's LogicalVolume objects (named as the PV): made by its
+# controller's CreateVolume, given a volume ID once its node plugin made the
+# LV, their size raised and reached in a grow.
+watch_loop get logicalvolumes.topolvm.io -w -o jsonpath='{"lv "}{.metadata.name}{" del="}{.metadata.deletionTimestamp}{" vid="}{.status.volumeID}{" size="}{.spec.size}{" cur="}{.status.currentSize}{"\n"}' > >(stamp >>"$w/watch.log") &
 watches+=($!)
 trap 'kill "${watches[@]}" 2>/dev/null || true' EXIT
 
@@ -425,6 +439,18 @@ for r in $(seq 1 "$rounds"); do
 done
 kill "${watches[@]}" 2>/dev/null || true
 sleep 1 # the stamps' last lines
+# The components' logs, each line stamped by containerd (ns): the agent's
+# "Volume request done" lines with their steps, lvmd's, TopoLVM's; and
+# kubelet's (the mounts, the grows).
+mkdir -p "$w/logs"
+for s in "${STACKS[@]}"; do
+  for p in $(kubectl -n "${NS[$s]}" get pods -o name); do
+    for c in $(kubectl -n "${NS[$s]}" get "$p" -o jsonpath='{.spec.containers[*].name}'); do
+      kubectl -n "${NS[$s]}" logs "$p" -c "$c" --timestamps >"$w/logs/$s.${p#pod/}.$c.log" 2>&1 || true
+    done
+  done
+done
+cp "$CLUSTER_DIR/logs/kubelet.log" "$w/logs/kubelet.log" 2>/dev/null || true
 for s in "${STACKS[@]}"; do
   kubectl -n "${NS[$s]}" get pods -o jsonpath='{range .items[*]}{.metadata.name}{" "}{range .spec.containers[*]}{.image}{" "}{end}{"\n"}{end}' >"$w/$s.pods"
 done
