@@ -57,7 +57,8 @@ export CLUSTER_DIR=${CLUSTER_DIR:-/var/lib/lvm-agent-cluster}
 export KUBECONFIG=$CLUSTER_DIR/pki/admin.conf PATH=$bin:$here:/usr/local/sbin:/usr/local/bin:$PATH
 w=$CLUSTER_DIR/peers
 ! grep -q ' /share ' /proc/mounts || w=/share/peers
-mkdir -p "$w"
+mkdir -p "$w/logs"
+touch "$w/gone.log" "$w/grown.log" "$w/marks.log"
 t0=$SECONDS
 node=$(hostname)
 size_mi=${size%Mi}
@@ -491,7 +492,14 @@ report() {
       if (!match($0, " " name "=[^ ]*")) return ""
       return substr($0, RSTART + length(name) + 2, RLENGTH - length(name) - 2)
     }
-    function add(s, m, v) { N[s, m]++; V[s, m, N[s, m]] = v }
+    # add S R M V: a value of row M for stack S in round R, kept for the
+    # whole and for the round (its spread: how far apart the medians of the rounds are).
+    function add(s, r, m, v) { N[s, m]++; V[s, m, N[s, m]] = v; N[s "#" r, m]++; V[s "#" r, m, N[s "#" r, m]] = v }
+    function spread(s, m, q,   r, x, lo, hi) {
+      lo = -1; hi = -1
+      for (r = 1; r <= rounds; r++) { x = pct(s "#" r, m, q); if (x < 0) continue; if (lo < 0 || x < lo) lo = x; if (x > hi) hi = x }
+      return lo < 0 ? -1 : hi - lo
+    }
     function pct(s, m, q,   n, i, j, t, a) { # median, or the nearest-rank q-quantile, of V[s, m, *]
       n = N[s, m]; if (n == 0) return -1
       for (i = 1; i <= n; i++) a[i] = V[s, m, i]
@@ -524,12 +532,16 @@ report() {
     }
     function secs(a, b) { return num(b ".t") - num(a ".t") }
     function show(x, u) { return x < 0 ? "n/a" : sprintf("%.3f%s", x, u) }
-    function row(label, a, b, goal,   r) {
+    function row(label, a, b, goal, sa, sb,   r) {
       r = (a >= 0 && b > 0) ? sprintf("%.2f", a / b) : "n/a"
       printf "%-46s %12s %12s %6s", label, show(a), show(b), r
       if (goal != "" && r != "n/a") printf "  goal <= %s: %s", goal, (a / b <= goal + 0 ? "met" : "MISSED")
+      if (sa != "" && rounds > 1) { printf "  spread %s/%s", show(sa), show(sb)
+        if (r != "n/a" && sa >= 0 && sb >= 0 && (a > b ? a - b : b - a) <= (sa > sb ? sa : sb)) printf " (within it)" }
       printf "\n"
     }
+    # mrow LABEL M Q GOAL: the q-quantile of row M per stack, with the spread between rounds.
+    function mrow(label, m, q, goal) { row(label, pct(S[1], m, q), pct(S[2], m, q), goal, spread(S[1], m, q), spread(S[2], m, q)) }
     FILENAME ~ /watch.log$/ {
       t = $1 % 86400; n = $3
       if ($2 == "pvc") first(n " seen", t)
@@ -546,26 +558,26 @@ report() {
       S[1] = "lvm-agent"; S[2] = "topolvm"
       for (r = 1; r <= rounds; r++) for (si = 1; si <= 2; si++) { s = S[si]; b = s "-r" r
         for (i = 1; i <= runs; i++) { n = b "-" i
-          if ((n " running") in T && (n " seen") in T) add(s, "create", T[n " running"] - T[n " seen"])
-          if ((n " running") in T && (n " bound") in T && (n " seen") in T) { add(s, "bind", T[n " bound"] - T[n " seen"]); add(s, "start", T[n " running"] - T[n " bound"]) }
-          if ((n " gone") in T && (n " deleted") in T) add(s, "delete", T[n " gone"] - T[n " deleted"]) }
+          if ((n " running") in T && (n " seen") in T) add(s, r, "create", T[n " running"] - T[n " seen"])
+          if ((n " running") in T && (n " bound") in T && (n " seen") in T) { add(s, r, "bind", T[n " bound"] - T[n " seen"]); add(s, r, "start", T[n " running"] - T[n " bound"]) }
+          if ((n " gone") in T && (n " deleted") in T) add(s, r, "delete", T[n " gone"] - T[n " deleted"]) }
         lastrun = -1; lastgone = -1; ok = 1
         for (j = 1; j <= burst; j++) { n = b "-b" j
           if (!((n " running") in T) || !((n " gone") in T)) ok = 0
           if (T[n " running"] > lastrun) lastrun = T[n " running"]; if (T[n " gone"] > lastgone) lastgone = T[n " gone"] }
-        if (ok && (b " burst-apply") in T) add(s, "burst", lastrun - T[b " burst-apply"])
-        if (ok && (b " burst-delete") in T) add(s, "burstdel", lastgone - T[b " burst-delete"])
-        for (g = 1; g <= grows; g++) { n = b "-g" g; if ((n " grown") in T && (n " raised") in T) add(s, "grow", T[n " grown"] - T[n " raised"]) }
+        if (ok && (b " burst-apply") in T) add(s, r, "burst", lastrun - T[b " burst-apply"])
+        if (ok && (b " burst-delete") in T) add(s, r, "burstdel", lastgone - T[b " burst-delete"])
+        for (g = 1; g <= grows; g++) { n = b "-g" g; if ((n " grown") in T && (n " raised") in T) add(s, r, "grow", T[n " grown"] - T[n " raised"]) }
       }
       printf "%-46s %12s %12s %6s\n", "seconds unless said", "lvm-agent", "TopoLVM", "ratio"
-      row("PVC -> Pod Running, median", pct(S[1], "create", 0.5), pct(S[2], "create", 0.5), 0.8)
-      row("PVC -> Pod Running, p90", pct(S[1], "create", 0.9), pct(S[2], "create", 0.9), 0.8)
-      row("  of it PVC -> Bound (provisioned), median", pct(S[1], "bind", 0.5), pct(S[2], "bind", 0.5), "")
-      row("  of it Bound -> Pod Running (node), median", pct(S[1], "start", 0.5), pct(S[2], "start", 0.5), "")
-      row("burst of " burst " -> all Running, median", pct(S[1], "burst", 0.5), pct(S[2], "burst", 0.5), 0.8)
-      row("PVC and Pod deleted -> LV gone, median", pct(S[1], "delete", 0.5), pct(S[2], "delete", 0.5), 0.8)
-      row("burst deleted -> all LVs gone, median", pct(S[1], "burstdel", 0.5), pct(S[2], "burstdel", 0.5), 0.8)
-      row("PVC grown -> new size in the Pod, median", pct(S[1], "grow", 0.5), pct(S[2], "grow", 0.5), 0.8)
+      mrow("PVC -> Pod Running, median", "create", 0.5, 0.8)
+      mrow("PVC -> Pod Running, p90", "create", 0.9, 0.8)
+      mrow("  of it PVC -> Bound (provisioned), median", "bind", 0.5, 0.8)
+      mrow("  of it Bound -> Pod Running (node), median", "start", 0.5, "")
+      mrow("burst of " burst " -> all Running, median", "burst", 0.5, 0.6)
+      mrow("PVC and Pod deleted -> LV gone, median", "delete", 0.5, 0.8)
+      mrow("burst deleted -> all LVs gone, median", "burstdel", 0.5, 0.6)
+      mrow("PVC grown -> new size in the Pod, median", "grow", 0.5, 0.5)
 
       # API requests per volume (created and deleted one at a time), less
       # the whole cluster rate at rest (idle2) over as long.
@@ -575,8 +587,10 @@ report() {
         for (r = 1; r <= rounds; r++) { a = snap "/" s ".r" r ".seq.a"; b = snap "/" s ".r" r ".seq.b"
           apiadd(a, b, s, 1 / vols)
           if (idle > 0) apiadd(snap "/idle2.a", snap "/idle2.b", s, -secs(a, b) / idle / vols) } }
-      for (si = 1; si <= 2; si++) for (k in AK) { if (k ~ /^events/) EV[S[si]] += D[S[si], k]; else REQ_[S[si]] += D[S[si], k] }
-      row("API requests per volume (created, deleted)", REQ_[S[1]] + 0, REQ_[S[2]] + 0, 1)
+      for (si = 1; si <= 2; si++) for (k in AK) { if (k ~ /^events/) EV[S[si]] += D[S[si], k]; else REQ_[S[si]] += D[S[si], k]
+        if (k ~ /^(POST|PUT|PATCH|DELETE) /) WR[S[si]] += D[S[si], k] }
+      row("API requests per volume (created, deleted)", REQ_[S[1]] + 0, REQ_[S[2]] + 0, 0.8)
+      row("API writes per volume (POST, PUT, PATCH, DELETE)", WR[S[1]] + 0, WR[S[2]] + 0, 1)
       for (k in AK) if (k !~ /^events/ && (D[S[1], k] >= 0.5 || D[S[2], k] >= 0.5))
         printf "  %-44s %12.1f %12.1f\n", k, D[S[1], k], D[S[2], k] | "sort"
       close("sort")
@@ -620,6 +634,11 @@ report() {
     echo "peak RSS during $s's bursts (all pods on the node, MiB): $(cat "$w"/snap/"$s".r*.burst.rss 2>/dev/null |
       awk '{ t = $1; sum[t] += $3 } END { m = 0; for (t in sum) if (sum[t] > m) m = sum[t]; printf "%.1f", m / 1024 }')"
   done | tee -a "$w/report.txt"
+  # Every hop's median, and the SVG of them (scripts/guest/timeline.awk).
+  awk -f "$here/timeline.awk" -v svg="$w/timeline.svg" \
+    -v title="make bench-peers: where the seconds go, one volume at a time ($runs x $rounds rounds, $size $fs)" \
+    "$w/watch.log" "$w/gone.log" "$w/grown.log" "$w"/logs/*.log | tee -a "$w/report.txt"
+  echo "the timeline drawn: $w/timeline.svg" | tee -a "$w/report.txt"
   echo "image bytes (the tarballs the guest imported):" | tee -a "$w/report.txt"
   sed 's|^|    |' "$w/image-bytes" | tee -a "$w/report.txt"
   echo "images each stack's pods run:" | tee -a "$w/report.txt"
