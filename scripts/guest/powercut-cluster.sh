@@ -269,6 +269,18 @@ pc_records() {
       printf "%d %d %d %d\n", c, ok, c - ok, bad }' "$CLUSTER_DIR/pc-$p.want" "$CLUSTER_DIR/pc-$p.read"
 }
 
+# pc_diag: what says why a container of lvm-agent's ended or waited in this
+# boot, kept on the host (powercut/diag): each pod's container states (the
+# last termination's reason, exit code and times, the restart counts), the
+# cluster's events (probe failures, kills, back-offs) and kubelet's log.
+pc_diag() {
+  mkdir -p "$PC/diag"
+  kubectl -n lvm-agent get pods -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{range .status.containerStatuses[*]}{"  "}{.name}{" restarts="}{.restartCount}{" ready="}{.ready}{" started="}{.state.running.startedAt}{" last="}{.lastState.terminated.reason}{" exit="}{.lastState.terminated.exitCode}{" from="}{.lastState.terminated.startedAt}{" to="}{.lastState.terminated.finishedAt}{"\n"}{end}{end}' >"$PC/diag/containers.txt" 2>&1 || true
+  kubectl get events -A --sort-by=.lastTimestamp -o wide >"$PC/diag/events.txt" 2>&1 || true
+  cp "$CLUSTER_DIR/logs/kubelet.log" "$PC/diag/kubelet.log" 2>/dev/null || true
+  sed 's/^/    /' "$PC/diag/containers.txt"
+  grep -E 'Unhealthy|Killing|BackOff' "$PC/diag/events.txt" | sed 's/^/    /' || true
+}
 pc_check() {
   local lost=0 mism=0 records=0 r live=3 rounds nvol p c ok l m have
   step "After the power cut: the StatefulSet's Pods running again and every request final, nothing installed again" \
@@ -279,6 +291,7 @@ pc_check() {
   # This boot's logs of the agent and the provisioner, for the host
   # (faults.sh's share, powercut/pod-logs): what the recovery waited on.
   mkdir -p "$PC/pod-logs" && cp -r /var/log/pods/lvm-agent_* "$PC/pod-logs/" 2>/dev/null || true
+  pc_diag
   echo "recovered: $(($(date +%s) - $(cut -d. -f1 "$PC/cut-at" 2>/dev/null || date +%s))) s after the cut (the guest's clock)"
   show kubectl get pod -l pc=writer -o wide
   show kubectl -n lvm-agent get pods
