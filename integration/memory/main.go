@@ -86,7 +86,7 @@ type sample struct {
 	rss, anon, file, hwm float64
 	// From the agent's /metrics (client_golang's Go collector).
 	heapInuse, heapAlloc, stack, goSys, nextGC float64
-	goroutines                                  float64
+	goroutines                                 float64
 }
 
 func run(ctx context.Context, cfg config, log io.Writer) ([]sample, error) {
