@@ -9,7 +9,7 @@ export GOFLAGS := $(strip $(GOFLAGS) -trimpath)
 CACHE ?= $(or $(LVM_AGENT_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/lvm-agent)
 export LVM_AGENT_CACHE := $(CACHE)
 
-.PHONY: all build test test-unit test-integration test-guest test-node demo demo-helm demo-cli node bench-node bench-peers images bench-cluster bench-lvm bench-dm bench-scale bench-burst bench-provision chaos test-faults fuzz vet clean
+.PHONY: all build test test-unit test-integration test-guest test-node demo demo-helm demo-cli node bench-node bench-peers images bench-cluster bench-lvm bench-dm bench-scale bench-burst bench-memory bench-provision chaos test-faults fuzz vet clean
 
 all: build
 
@@ -113,6 +113,14 @@ bench-cluster:
 # listings and the burst's time, reads shared and not (docs/benchmarks.md).
 bench-burst:
 	go test -count=1 -run '^$$' -bench BurstCreates -benchtime 1x ./agent/
+
+# The agent's memory: bin/lvm-agent (make build) against a real API server
+# and the fake lvmd, every feature on: RSS and Go heap at rest and after
+# 500 volumes; then a thick copy's peak and what it leaves (in-process,
+# regular files: the host has no device-mapper). docs/benchmarks.md.
+bench-memory: build
+	KUBEBUILDER_ASSETS=$$(scripts/kube-assets.sh) go run ./integration/memory -agent-bin bin/lvm-agent $(ARGS) && \
+	go test -count=1 -run '^$$' -bench ThickCloneMemory -benchtime 1x ./agent/
 
 # The provisioner: PVC created -> Bound through the real scheduler, PV
 # controller, provisioner and agent; median of 20, fake lvmd at 0 ms and 1 s;

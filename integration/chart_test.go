@@ -242,6 +242,21 @@ func TestChartValues(t *testing.T) {
 		return *deployTyped[appsv1.DaemonSet](t, deployFind(t, renderChart(t, sets...), "DaemonSet", "lvm-agent"))
 	}
 	def := ds()
+	// The agent's requests and limits are deploy/base's (both set from make
+	// bench-memory), and in both its GOMEMLIMIT is its memory limit.
+	base := deployTyped[appsv1.DaemonSet](t, deployFind(t, renderKustomization(t, filepath.Join(deployDir(), "base")), "DaemonSet", "lvm-agent"))
+	for name, d := range map[string]appsv1.DaemonSet{"the chart": def, "deploy/base": *base} {
+		c := podContainer(t, d.Spec.Template.Spec, "lvm-agent")
+		assert.False(t, c.Resources.Limits.Memory().IsZero(), "%s: the agent has a memory limit", name)
+		var limit *corev1.ResourceFieldSelector
+		for _, e := range c.Env {
+			if e.Name == "GOMEMLIMIT" && e.ValueFrom != nil {
+				limit = e.ValueFrom.ResourceFieldRef
+			}
+		}
+		assert.Equal(t, &corev1.ResourceFieldSelector{ContainerName: "lvm-agent", Resource: "limits.memory"}, limit, "%s: GOMEMLIMIT", name)
+	}
+	assert.Equal(t, podContainer(t, base.Spec.Template.Spec, "lvm-agent").Resources, podContainer(t, def.Spec.Template.Spec, "lvm-agent").Resources)
 	// A node without the VG must not hold up a rollout by itself.
 	require.NotNil(t, def.Spec.UpdateStrategy.RollingUpdate)
 	assert.Equal(t, intstr.FromString("25%"), *def.Spec.UpdateStrategy.RollingUpdate.MaxUnavailable)
