@@ -426,6 +426,15 @@ watches+=($!)
 # LV, their size raised and reached in a grow.
 watch_loop get logicalvolumes.topolvm.io -w -o jsonpath='{"lv "}{.metadata.name}{" del="}{.metadata.deletionTimestamp}{" vid="}{.status.volumeID}{" size="}{.spec.size}{" cur="}{.status.currentSize}{"\n"}' > >(stamp >>"$w/watch.log") &
 watches+=($!)
+# As they happen, on the host while the bench runs: the cluster's Warning
+# events (probe failures, kills, back-offs) and lvm-agent's agent and lvmd
+# (each stack's whole logs are taken again at the end).
+watch_loop get events -A -w --field-selector type=Warning -o jsonpath='{.involvedObject.namespace}{"/"}{.involvedObject.name}{" "}{.reason}{" "}{.message}{"\n"}' > >(stamp >>"$w/events.log") &
+watches+=($!)
+for c in lvm-agent lvmd; do
+  watch_loop -n lvm-agent logs -f ds/lvm-agent -c "$c" --timestamps --since=1s >>"$w/logs/live.$c.txt" &
+  watches+=($!)
+done
 trap 'kill "${watches[@]}" 2>/dev/null || true' EXIT
 
 for r in $(seq 1 "$rounds"); do
