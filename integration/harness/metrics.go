@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -48,4 +49,22 @@ func ParseMetrics(r io.Reader) (map[string]float64, error) {
 		out[line[:i]] = v
 	}
 	return out, sc.Err()
+}
+
+// ProcMemory reads the memory lines of /proc/PID/status (VmRSS, VmHWM,
+// RssAnon, RssFile, ...) into name → MiB, the name without its colon.
+func ProcMemory(pid int) (map[string]float64, error) {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]float64{}
+	for _, line := range strings.Split(string(status), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 3 && f[2] == "kB" {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			m[strings.TrimSuffix(f[0], ":")] = kb / 1024
+		}
+	}
+	return m, nil
 }

@@ -24,7 +24,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -270,27 +269,11 @@ func waitReady(ctx context.Context, p *harness.Process, addr string, timeout tim
 // measure reads the agent's /proc/PID/status and its /metrics.
 func measure(pid int, addr string) (sample, error) {
 	var s sample
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	mem, err := harness.ProcMemory(pid)
 	if err != nil {
 		return s, err
 	}
-	for _, line := range strings.Split(string(status), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		kb, _ := strconv.ParseFloat(f[1], 64)
-		switch f[0] {
-		case "VmRSS:":
-			s.rss = kb / 1024
-		case "RssAnon:":
-			s.anon = kb / 1024
-		case "RssFile:":
-			s.file = kb / 1024
-		case "VmHWM:":
-			s.hwm = kb / 1024
-		}
-	}
+	s.rss, s.anon, s.file, s.hwm = mem["VmRSS"], mem["RssAnon"], mem["RssFile"], mem["VmHWM"]
 	m, err := harness.ReadMetrics(addr)
 	if err != nil {
 		return s, err

@@ -89,25 +89,11 @@ func (a *agentProc) stats() (procStats, error) { return pidStats(a.proc.Cmd.Proc
 // pidStats is what /proc says about the process pid.
 func pidStats(pid int) (procStats, error) {
 	var s procStats
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	mem, err := harness.ProcMemory(pid)
 	if err != nil {
 		return s, err
 	}
-	for _, line := range strings.Split(string(status), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		kb, _ := strconv.ParseFloat(f[1], 64)
-		switch f[0] {
-		case "VmRSS:":
-			s.rssMiB = kb / 1024
-		case "VmHWM:":
-			s.hwmMiB = kb / 1024
-		case "RssAnon:":
-			s.anonMiB = kb / 1024
-		}
-	}
+	s.rssMiB, s.hwmMiB, s.anonMiB = mem["VmRSS"], mem["VmHWM"], mem["RssAnon"]
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return s, err
