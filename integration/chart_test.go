@@ -380,3 +380,30 @@ func TestChartAdmissionEnforced(t *testing.T) {
 		}
 	}
 }
+
+// Liveness probes restart what hangs, not what is slow: on a loaded node
+// (a burst, the recovery after a power cut) lvmd's exec probe took more
+// than 10 s and the HTTP ones more than the default 1 s, and each restart
+// held every request in flight for minutes. deploy/base and the chart
+// alike: lvmd is restarted only after five minutes without an answer, and
+// no HTTP probe of the agent or the provisioner times out within 10 s.
+func TestProbesTolerateALoadedNode(t *testing.T) {
+	for name, objs := range map[string][]*unstructured.Unstructured{
+		"deploy/base": renderKustomization(t, filepath.Join(deployDir(), "base")),
+		"the chart":   renderChart(t),
+	} {
+		ds := deployTyped[appsv1.DaemonSet](t, deployFind(t, objs, "DaemonSet", "lvm-agent"))
+		prov := deployTyped[appsv1.Deployment](t, deployFind(t, objs, "Deployment", "lvm-agent-provisioner"))
+		lvmd := podContainer(t, ds.Spec.Template.Spec, "lvmd").LivenessProbe
+		require.NotNil(t, lvmd, "%s: lvmd's liveness probe", name)
+		assert.GreaterOrEqual(t, lvmd.PeriodSeconds*lvmd.FailureThreshold, int32(300), "%s: lvmd restarted only after 5 min without an answer", name)
+		assert.GreaterOrEqual(t, lvmd.TimeoutSeconds, int32(30), "%s: lvmd's probe timeout", name)
+		for what, c := range map[string]corev1.Container{
+			"the agent":       podContainer(t, ds.Spec.Template.Spec, "lvm-agent"),
+			"the provisioner": podContainer(t, prov.Spec.Template.Spec, "provisioner"),
+		} {
+			require.NotNil(t, c.LivenessProbe, "%s: %s", name, what)
+			assert.GreaterOrEqual(t, c.LivenessProbe.TimeoutSeconds, int32(10), "%s: %s's liveness timeout", name, what)
+		}
+	}
+}
