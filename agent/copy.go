@@ -243,7 +243,10 @@ const ReasonSourceInUse = "SourceInUse"
 // lvm_agent_clone_copied_bytes_total. A source in use is a wait
 // (SourceInUse), any other failure a retry that copies from the start.
 func (a *Agent) fill(ctx context.Context, pvc *corev1.PersistentVolumeClaim, src, dst *lvmbackend.Volume) outcome {
-	dstPath := a.devicePath(ctx, dst)
+	dstPath, err := a.devicePath(ctx, dst)
+	if err != nil {
+		return retry(err)
+	}
 	if src.Path == "" || dstPath == "" || src.DevMajor == 0 && src.DevMinor == 0 || dst.DevMajor == 0 && dst.DevMinor == 0 {
 		return retry(fmt.Errorf("the device of LV %s or of its clone %s is not known yet (inactive?)", src.Name, dst.Name))
 	}
@@ -262,7 +265,7 @@ func (a *Agent) fill(ctx context.Context, pvc *corev1.PersistentVolumeClaim, src
 	// Not bounded by one lvmd call's timeout: at least 1 MiB/s.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.OpTimeout+time.Duration(size>>20)*time.Second)
 	defer cancel()
-	err := copyVolume(cctx, a.cfg.openCounts,
+	err = copyVolume(cctx, a.cfg.openCounts,
 		device{filepath.Join(a.cfg.deviceRoot, src.Path), src.DevMajor, src.DevMinor},
 		device{filepath.Join(a.cfg.deviceRoot, dstPath), dst.DevMajor, dst.DevMinor}, size, progress)
 	switch {

@@ -2,12 +2,16 @@ package agent
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/lvmbackend"
 )
 
 // The done line attributes a create's time to its steps, in order: the
@@ -29,4 +33,33 @@ func TestCreateSteps(t *testing.T) {
 	}
 	require.Equal(t, []string{"queued", "lvmdList", "checks", "claimCheck", "lvmdCreate", "claimCheckAfter", "device"}, names)
 	require.Equal(t, 3*time.Second, st.kvs()[1])
+}
+
+// pathUnreadable is a Backend whose first GetVolume fails as an lvmd away
+// does.
+type pathUnreadable struct {
+	lvmbackend.Backend
+	failed atomic.Bool
+}
+
+func (p *pathUnreadable) GetVolume(ctx context.Context, dc, name string) (*lvmbackend.Volume, error) {
+	if p.failed.CompareAndSwap(false, true) {
+		return nil, &lvmbackend.Error{Op: "list", Kind: lvmbackend.ErrUnavailable, Cause: errors.New("lvmd away")}
+	}
+	return p.Backend.GetVolume(ctx, dc, name)
+}
+
+// An LV made whose path cannot be read yet (lvmd went away after the
+// create) is not answered "created" without a device, which a provisioner
+// cannot use: the request is retried and answered with the device.
+func TestCreatedAlwaysCarriesTheDevice(t *testing.T) {
+	f, backend := serveLVMD(t, thickAndThin...)
+	b := &pathUnreadable{Backend: backend}
+	// Reads not shared: the path of the new LV is read by GetVolume.
+	e := startOn(t, Config{ReadMaxAge: -1}, f, b)
+	e.pvc(t, "default", "pvc", node, spec(`{"volumeGroup":"thick","name":"lv1","size":4096}`))
+	ann := e.waitPVC(t, "default", "pvc")
+	require.True(t, b.failed.Load(), "the path's first read failed")
+	assert.Equal(t, kube.StateCreated, ann[kube.AnnLifecycle])
+	assert.Equal(t, "/dev/vg0/lv1", ann[kube.AnnDevice])
 }

@@ -460,5 +460,9 @@ func (a *Agent) created(ctx context.Context, lv *lvmbackend.Volume) outcome {
 	if err := a.cfg.Devices.confirmActive(ctx, lv); err != nil {
 		return retry(err)
 	}
-	return outcome{state: kube.StateCreated, device: a.devicePath(ctx, lv)}
+	device, err := a.devicePath(ctx, lv)
+	if err != nil {
+		return retry(err)
+	}
+	return outcome{state: kube.StateCreated, device: device}
 }

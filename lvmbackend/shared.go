@@ -68,6 +68,10 @@ type listing struct {
 	// began in an earlier epoch is not kept.
 	epoch  uint64
 	flight *flight
+	// dir is the directory of the class's LV devices (/dev/VG) as the last
+	// listing with an LV in it showed: a new LV's path when CreateLV
+	// answers without it, also once the class is empty again.
+	dir string
 }
 
 // flight is one GetLVList in progress. Writes that succeed while it runs
@@ -166,6 +170,12 @@ func (s *Shared) fresh(ctx context.Context, dc string, since time.Time) ([]Volum
 	}
 	f.vols, f.err = vols, err
 	l.flight = nil
+	for _, v := range vols {
+		if v.Path != "" {
+			l.dir = path.Dir(v.Path)
+			break
+		}
+	}
 	if err == nil && f.epoch == l.epoch {
 		l.vols, l.kept, l.at = clone(vols), true, f.started
 	} else {
@@ -223,8 +233,10 @@ func drop(name string) func([]Volume) []Volume {
 }
 
 // CreateVolume creates and records the LV. topolvm's CreateLV answers
-// without the path: it gets the one its class's kept listing implies (lvmd
-// lists every LV of a VG as /dev/VG/NAME).
+// without the path: it gets the one its class's listings imply (lvmd lists
+// every LV of a VG as /dev/VG/NAME), so that the answer needs no listing of
+// its own; a class never listed with an LV in it leaves the path to the
+// caller's GetVolume.
 func (s *Shared) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, error) {
 	v, err := s.Backend.CreateVolume(ctx, req)
 	if err != nil {
@@ -233,8 +245,8 @@ func (s *Shared) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, 
 	}
 	if v.Path == "" {
 		s.mu.Lock()
-		if l := s.class(req.DeviceClass); l.kept && len(l.vols) > 0 && l.vols[0].Path != "" {
-			v.Path = path.Join(path.Dir(l.vols[0].Path), v.Name)
+		if l := s.class(req.DeviceClass); l.dir != "" {
+			v.Path = path.Join(l.dir, v.Name)
 		}
 		s.mu.Unlock()
 	}

@@ -227,3 +227,28 @@ func TestSharedMaxAge(t *testing.T) {
 	assert.Equal(t, []string{"foreign"}, names(vols), "after it: lvmd's")
 	assert.EqualValues(t, 2, s.lists.Load())
 }
+
+// A new LV's path comes from the class's listings also once the class is
+// empty again and its listing is no longer kept (one-at-a-time creates
+// and deletes): no listing is spent on the answer's device. A class never
+// listed with an LV leaves the path empty, for the caller to read.
+func TestSharedPathOfANewLVInAnEmptyClass(t *testing.T) {
+	s := newSharedLVMD(t, time.Minute)
+	ctx := context.Background()
+	v, err := s.shared.CreateVolume(ctx, lvmbackend.CreateRequest{DeviceClass: "vg1", Name: "first", SizeBytes: 4096})
+	require.NoError(t, err)
+	assert.Empty(t, v.Path, "no listing has shown the class's directory yet")
+	got, err := s.shared.GetVolume(ctx, "vg1", "first")
+	require.NoError(t, err)
+	assert.Equal(t, "/dev/vg1/first", got.Path)
+	require.NoError(t, s.shared.RemoveVolume(ctx, "vg1", "first"))
+	// An outcome not known drops the kept listing; the directory stays.
+	_, err = s.shared.ResizeVolume(ctx, "vg1", "nope", 1<<20)
+	require.Error(t, err)
+	lists := s.lists.Load()
+
+	v, err = s.shared.CreateVolume(ctx, lvmbackend.CreateRequest{DeviceClass: "vg1", Name: "second", SizeBytes: 4096})
+	require.NoError(t, err)
+	assert.Equal(t, "/dev/vg1/second", v.Path)
+	assert.Equal(t, lists, s.lists.Load(), "no listing for the path")
+}
