@@ -110,9 +110,10 @@ bench-cluster:
 	KUBEBUILDER_ASSETS=$$(scripts/kube-assets.sh) go run ./integration/scale -nodes 1,30,100,300 -modes labelled,hybrid,hybrid-alone,all $(ARGS)
 
 # One agent, 100 creates at once, fake lvmd at 1 s per listing: lvmd's
-# listings and the burst's time, reads shared and not (docs/benchmarks.md).
+# listings and the burst's time, reads shared and not; then five creates
+# one at a time (docs/benchmarks.md).
 bench-burst:
-	go test -count=1 -run '^$$' -bench BurstCreates -benchtime 1x ./agent/
+	go test -count=1 -run '^$$' -bench 'BurstCreates|CreateOneAtATime' -benchtime 1x ./agent/
 
 # The agent's memory: bin/lvm-agent (make build) against a real API server
 # and the fake lvmd, every feature on: RSS and Go heap at rest and after

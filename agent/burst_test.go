@@ -142,3 +142,36 @@ func BenchmarkBurstCreates(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCreateOneAtATime: creates one after the other, each answered
+// before the next is asked (a user's one volume at a time), against a fake
+// lvmd whose listing takes a second and whose lvcreate takes 0.3 s, with
+// two device classes and every listing stale by the next create (as in
+// make bench-peers, a create every minute or so against
+// --lvmd-list-max-age=10s). It reports the seconds from the request to
+// the answer, per create, and lvmd's listings per create.
+func BenchmarkCreateOneAtATime(b *testing.B) {
+	const n, list, create = 5, time.Second, 300 * time.Millisecond
+	for range b.N {
+		bu := &burst{e: start(b, Config{ReadMaxAge: time.Nanosecond})}
+		bu.e.lvm.SetLatency(create)
+		bu.e.lvm.SetHook(func(op, _, _ string) error {
+			if op == "list" {
+				bu.lists.Add(1)
+				time.Sleep(list)
+			}
+			return nil
+		})
+		var took time.Duration
+		for i := range n {
+			start := time.Now()
+			bu.e.pvc(b, "default", burstName(i), node, spec(fmt.Sprintf(`{"volumeGroup":"thick","name":%q,"size":4194304}`, burstName(i))))
+			if ann := bu.e.waitPVC(b, "default", burstName(i)); ann[kube.AnnLifecycle] != kube.StateCreated {
+				b.Fatalf("answer: %v", ann)
+			}
+			took += time.Since(start)
+		}
+		b.ReportMetric(took.Seconds()/n, "s/create")
+		b.ReportMetric(float64(bu.lists.Load())/n, "listings/create")
+	}
+}

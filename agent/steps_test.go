@@ -63,3 +63,23 @@ func TestCreatedAlwaysCarriesTheDevice(t *testing.T) {
 	assert.Equal(t, kube.StateCreated, ann[kube.AnnLifecycle])
 	assert.Equal(t, "/dev/vg0/lv1", ann[kube.AnnDevice])
 }
+
+// A create reads its device class and the other classes (a claim owns one
+// LV on the node) at once, not one after the other.
+func TestCreateListsClassesAtOnce(t *testing.T) {
+	e := start(t, Config{ReadMaxAge: -1})
+	var now, most atomic.Int32
+	e.lvm.SetHook(func(op, _, _ string) error {
+		if op == "list" {
+			n := now.Add(1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			time.Sleep(100 * time.Millisecond)
+			now.Add(-1)
+		}
+		return nil
+	})
+	e.pvc(t, "default", "pvc", node, spec(`{"volumeGroup":"thick","name":"lv1","size":4096}`))
+	assert.Equal(t, kube.StateCreated, e.waitPVC(t, "default", "pvc")[kube.AnnLifecycle])
+	assert.EqualValues(t, 2, most.Load(), "the thick and the thin class listed at once")
+}

@@ -125,6 +125,20 @@ func (a *Agent) create(ctx context.Context, pvc *corev1.PersistentVolumeClaim, s
 	}
 	st := stepsOf(ctx)
 	tag := OwnerTag(pvc.UID)
+	// A claim owns at most one LV on the node, so the other device classes
+	// are read too (elsewhere). That runs beside this class's listing: a
+	// create waits for the longer of the two, not for their sum (with
+	// topolvm's lvmd each forks lvs: seconds on a loaded node). The answer
+	// is the one they would give in turn: this class's findings first.
+	type found struct {
+		out outcome
+		ok  bool
+	}
+	others := make(chan found, 1)
+	go func() {
+		out, ok := a.elsewhere(ctx, t, tag)
+		others <- found{out, ok}
+	}()
 	lvs, err := a.backend.ListVolumes(ctx, t.deviceClass)
 	st.done("lvmdList")
 	switch {
@@ -152,8 +166,8 @@ func (a *Agent) create(ctx context.Context, pvc *corev1.PersistentVolumeClaim, s
 			return out
 		}
 	}
-	if out, found := a.elsewhere(ctx, t, tag); found {
-		return out
+	if f := <-others; f.ok {
+		return f.out
 	}
 	st.done("checks")
 	// Only the claim as the API server has it now gets an LV, not the one an
