@@ -33,8 +33,9 @@ import (
 //     read: lv_attr, dependents, the LV's current state) always reads a
 //     listing that began after the call did; every GetVolume waiting at that
 //     moment shares that one listing.
-//   - Capacity is answered from an answer younger than MaxAge: the agent
-//     reads it for the names of the device classes.
+//   - Capacity is answered from an answer younger than MaxAge, or from the
+//     call in progress: the agent reads it for the names of the device
+//     classes.
 //
 // google/lvmd has a one-LV lookup and cannot list a VG that holds a thin
 // pool, so Shared serves topolvm's dialect (and direct reads over it) only.
@@ -53,6 +54,9 @@ type Shared struct {
 	classes map[string]*listing
 	caps    []Capacity
 	capsAt  time.Time
+	// capsFlight is the Capacity call in progress: callers arriving while
+	// it runs share its answer (a burst's requests all read it at once).
+	capsFlight *capsFlight
 
 	lists *prometheus.CounterVec
 }
@@ -291,7 +295,15 @@ func (s *Shared) ResizeVolume(ctx context.Context, deviceClass, name string, siz
 	return size, nil
 }
 
-// Capacity answers from an answer younger than MaxAge.
+// capsFlight is one Capacity call in progress.
+type capsFlight struct {
+	done chan struct{}
+	caps []Capacity
+	err  error
+}
+
+// Capacity answers from an answer younger than MaxAge, or shares the call
+// in progress, or else makes one.
 func (s *Shared) Capacity(ctx context.Context) ([]Capacity, error) {
 	s.mu.Lock()
 	if s.caps != nil && s.now().Sub(s.capsAt) < s.maxAge {
@@ -299,15 +311,28 @@ func (s *Shared) Capacity(ctx context.Context) ([]Capacity, error) {
 		s.mu.Unlock()
 		return caps, nil
 	}
+	if f := s.capsFlight; f != nil {
+		s.mu.Unlock()
+		select {
+		case <-f.done:
+			return slices.Clone(f.caps), f.err
+		case <-ctx.Done():
+			return nil, &Error{Op: "capacity", Kind: ErrUnavailable, Cause: ctx.Err()}
+		}
+	}
+	f := &capsFlight{done: make(chan struct{})}
+	s.capsFlight = f
 	s.mu.Unlock()
 	at := s.now()
-	caps, err := s.Backend.Capacity(ctx)
-	if err == nil {
-		s.mu.Lock()
-		s.caps, s.capsAt = slices.Clone(caps), at
-		s.mu.Unlock()
+	f.caps, f.err = s.Backend.Capacity(ctx)
+	s.mu.Lock()
+	if f.err == nil {
+		s.caps, s.capsAt = slices.Clone(f.caps), at
 	}
-	return caps, err
+	s.capsFlight = nil
+	s.mu.Unlock()
+	close(f.done)
+	return slices.Clone(f.caps), f.err
 }
 
 // clone copies a listing deeply enough that callers may change it.

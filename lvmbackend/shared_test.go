@@ -252,3 +252,33 @@ func TestSharedPathOfANewLVInAnEmptyClass(t *testing.T) {
 	assert.Equal(t, "/dev/vg1/second", v.Path)
 	assert.Equal(t, lists, s.lists.Load(), "no listing for the path")
 }
+
+// slowCapacity is a Backend whose Capacity takes a while and is counted.
+type slowCapacity struct {
+	lvmbackend.Backend
+	calls atomic.Int32
+}
+
+func (c *slowCapacity) Capacity(ctx context.Context) ([]lvmbackend.Capacity, error) {
+	c.calls.Add(1)
+	time.Sleep(100 * time.Millisecond)
+	return c.Backend.Capacity(ctx)
+}
+
+// Requests reading the capacity at once (a burst's creates, each checking
+// the other device classes) share one call into lvmd.
+func TestSharedCapacityInFlight(t *testing.T) {
+	s := newSharedLVMD(t, time.Minute)
+	b := &slowCapacity{Backend: s.shared.Backend}
+	shared := lvmbackend.NewShared(b, time.Minute)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			caps, err := shared.Capacity(context.Background())
+			assert.NoError(t, err)
+			assert.Len(t, caps, 1)
+		})
+	}
+	wg.Wait()
+	assert.EqualValues(t, 1, b.calls.Load(), "one call for eight readers")
+}
