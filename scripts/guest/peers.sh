@@ -644,9 +644,11 @@ report() {
       awk '{ t = $1; sum[t] += $3 } END { m = 0; for (t in sum) if (sum[t] > m) m = sum[t]; printf "%.1f", m / 1024 }')"
   done | tee -a "$w/report.txt"
   # Every hop's median, and the SVG of them (scripts/guest/timeline.awk).
+  local logs
+  mapfile -t logs < <(find "$w/logs" -maxdepth 1 -type f -name '*.log' -o -type f -name 'live.*.txt')
   awk -f "$here/timeline.awk" -v svg="$w/timeline.svg" \
     -v title="make bench-peers: where the seconds go, one volume at a time ($runs x $rounds rounds, $size $fs)" \
-    "$w/watch.log" "$w/gone.log" "$w/grown.log" "$w"/logs/*.log | tee -a "$w/report.txt"
+    "$w/watch.log" "$w/gone.log" "$w/grown.log" ${logs[@]+"${logs[@]}"} | tee -a "$w/report.txt"
   echo "the timeline drawn: $w/timeline.svg" | tee -a "$w/report.txt"
   echo "image bytes (the tarballs the guest imported):" | tee -a "$w/report.txt"
   sed 's|^|    |' "$w/image-bytes" | tee -a "$w/report.txt"

@@ -6,7 +6,10 @@
 # every round), and writes the same as an SVG (-v svg=FILE): one bar per
 # hop, lvm-agent's above TopoLVM's.
 #
-#   awk -f timeline.awk -v svg=FILE -v title=TEXT watch.log gone.log grown.log logs/*.log
+#   awk -f timeline.awk -v svg=FILE -v title=TEXT watch.log gone.log grown.log logs/*
+#
+# (logs/: each container's whole log, taken at the end, and the agent's
+# followed as it ran, live.lvm-agent.txt: either serves.)
 #
 # Hops (all on the guest's clock; a hop a stack does not have is left out):
 #   create  from w PVC seen: node selected (w the scheduler's annotation);
@@ -97,7 +100,7 @@ FILENAME ~ /watch\.log$/ {
 FILENAME ~ /gone\.log$/ { first("pvc " $3 " gone", day($1)); next }
 FILENAME ~ /grown\.log$/ { first("pvc " $2 " grown", rfc($1)); next }
 # lvm-agent's agent: each answer's done line, with its steps.
-FILENAME ~ /lvm-agent\.[^\/]*\.lvm-agent\.log$/ && /"Volume request done"/ {
+FILENAME ~ /(lvm-agent\.[^\/]*\.lvm-agent\.log|live\.lvm-agent\.txt)$/ && /"Volume request done"/ {
   t = rfc($1); r = qv("request"); st = qv("state"); d = dur(qv("duration")); start = t - d
   if (r ~ /^pvc:/) { n = substr(r, index(r, "/") + 1); k = "pvc " n } else { n = substr(r, 4); k = "pv " n }
   if (st == "created") { op = ""; pre = dur(qv("lvmdList")) + dur(qv("checks")) + dur(qv("claimCheck")); call = dur(qv("lvmdCreate")) }
