@@ -28,6 +28,11 @@ func newBurst(tb testing.TB, share bool, workers int, list, create time.Duration
 	if !share {
 		cfg.ReadMaxAge = -1
 	}
+	return newBurstOf(tb, cfg, list, create)
+}
+
+// newBurstOf is newBurst with the agent's whole configuration.
+func newBurstOf(tb testing.TB, cfg Config, list, create time.Duration) *burst {
 	b := &burst{e: start(tb, cfg)}
 	b.e.lvm.SetLatency(create)
 	b.e.lvm.SetHook(func(op, _, _ string) error {
@@ -153,15 +158,7 @@ func BenchmarkBurstCreates(b *testing.B) {
 func BenchmarkCreateOneAtATime(b *testing.B) {
 	const n, list, create = 5, time.Second, 300 * time.Millisecond
 	for range b.N {
-		bu := &burst{e: start(b, Config{ReadMaxAge: time.Nanosecond})}
-		bu.e.lvm.SetLatency(create)
-		bu.e.lvm.SetHook(func(op, _, _ string) error {
-			if op == "list" {
-				bu.lists.Add(1)
-				time.Sleep(list)
-			}
-			return nil
-		})
+		bu := newBurstOf(b, Config{ReadMaxAge: time.Nanosecond}, list, create)
 		var took time.Duration
 		for i := range n {
 			start := time.Now()
