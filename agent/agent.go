@@ -428,11 +428,16 @@ func (a *Agent) answer(r req, out outcome, start time.Time, st *steps) syncResul
 	if out.state == kube.StateFailed {
 		klog.ErrorS(out.err, "Volume request failed", "request", k, "reason", out.reason)
 		a.recorder.Event(obj, corev1.EventTypeWarning, "Volume"+out.reason, kube.OneLine(out.err))
-	} else if out.state == kube.StateExpanded {
-		klog.InfoS("Volume request done", append([]any{"request", k, "state", out.state, "sizeBytes", out.size, "duration", time.Since(start), "write", wrote}, st.kvs()...)...)
+		return syncDone
+	}
+	kv := []any{"request", k, "state", out.state}
+	if out.state == kube.StateExpanded {
+		kv = append(kv, "sizeBytes", out.size)
+	}
+	klog.InfoS("Volume request done", append(append(kv, "duration", time.Since(start), "write", wrote), st.kvs()...)...)
+	if out.state == kube.StateExpanded {
 		a.recorder.Eventf(obj, corev1.EventTypeNormal, "VolumeExpanded", "volume expanded to %d bytes by lvm-agent on node %s", out.size, a.cfg.Node.Name)
 	} else {
-		klog.InfoS("Volume request done", append([]any{"request", k, "state", out.state, "duration", time.Since(start), "write", wrote}, st.kvs()...)...)
 		a.recorder.Eventf(obj, corev1.EventTypeNormal, "Volume"+titleCase(out.state), "volume %s by lvm-agent on node %s", out.state, a.cfg.Node.Name)
 	}
 	return syncDone

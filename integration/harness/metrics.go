@@ -2,6 +2,7 @@ package harness
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -67,4 +68,23 @@ func ProcMemory(pid int) (map[string]float64, error) {
 		}
 	}
 	return m, nil
+}
+
+// WaitAgentReady polls an agent's /readyz at addr (its informers synced and
+// lvmd reachable) until it answers 200, the process exits or timeout.
+func WaitAgentReady(ctx context.Context, p *Process, addr string, timeout time.Duration) error {
+	c := http.Client{Timeout: time.Second}
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(10 * time.Millisecond) {
+		if resp, err := c.Get("http://" + addr + "/readyz"); err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if p.Cmd.ProcessState != nil {
+			return fmt.Errorf("lvm-agent exited:\n%s", p.Output())
+		}
+	}
+	return fmt.Errorf("lvm-agent not ready after %v:\n%s", timeout, p.Output())
 }

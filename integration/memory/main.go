@@ -22,7 +22,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -139,7 +138,7 @@ func run(ctx context.Context, cfg config, log io.Writer) ([]sample, error) {
 			fmt.Fprintf(log, "lvm-agent output:\n%s\n", agent.Output())
 		}
 	}()
-	if err := waitReady(ctx, agent, addr, 2*time.Minute); err != nil {
+	if err := harness.WaitAgentReady(ctx, agent, addr, 2*time.Minute); err != nil {
 		return nil, err
 	}
 	var samples []sample
@@ -246,24 +245,6 @@ func makeVolume(ctx context.Context, c kubernetes.Interface, name string) error 
 		return fmt.Errorf("PV of %s: %w", name, err)
 	}
 	return nil
-}
-
-// waitReady polls /readyz: the informers synced and lvmd reachable.
-func waitReady(ctx context.Context, p *harness.Process, addr string, timeout time.Duration) error {
-	c := http.Client{Timeout: time.Second}
-	for deadline := time.Now().Add(timeout); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(50 * time.Millisecond) {
-		if resp, err := c.Get("http://" + addr + "/readyz"); err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		if p.Cmd.ProcessState != nil {
-			return fmt.Errorf("lvm-agent exited:\n%s", p.Output())
-		}
-	}
-	return fmt.Errorf("lvm-agent not ready after %v:\n%s", timeout, p.Output())
 }
 
 // measure reads the agent's /proc/PID/status and its /metrics.

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math"
-	"net/http"
 	"os"
 	"sort"
 	"strconv"
@@ -47,26 +45,13 @@ func startAgentOn(tb harness.TB, bin, kubeconfig, node, mode string, cfg config)
 	return a
 }
 
-// waitReady polls /readyz (the informers synced and lvmd reachable) and
-// returns the time from the process start.
+// waitReady waits for the agent's /readyz and returns the time from the
+// process start.
 func (a *agentProc) waitReady(ctx context.Context, timeout time.Duration) (time.Duration, error) {
-	c := http.Client{Timeout: time.Second}
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		resp, err := c.Get("http://" + a.addr + "/readyz")
-		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return time.Since(a.started), nil
-			}
-		}
-		if a.proc.Cmd.ProcessState != nil {
-			return 0, fmt.Errorf("agent exited: %s", a.proc.Output())
-		}
-		time.Sleep(10 * time.Millisecond)
+	if err := harness.WaitAgentReady(ctx, a.proc, a.addr, timeout); err != nil {
+		return 0, err
 	}
-	return 0, fmt.Errorf("agent not ready after %v; output:\n%s", timeout, tail(a.proc.Output(), 40))
+	return time.Since(a.started), nil
 }
 
 func (a *agentProc) stop() {

@@ -88,7 +88,7 @@ FILENAME ~ /watch\.log$/ {
     else if (c != PVCAP[n]) first("pv " n " cap", t)
   } else if ($2 == "lv") {
     first("lv " n " made", t)
-    if (tok("vid") != "") { first("lv " n " vid", t); LVOFVID[tok("vid")] = n }
+    if (tok("vid") != "") { first("lv " n " vid", t); VIDOF[n] = tok("vid") }
     if (tok("del") != "") first("lv " n " deleted", t)
     sz = tok("size"); cur = tok("cur")
     if (!(n in LVSIZE)) LVSIZE[n] = sz
@@ -126,14 +126,14 @@ FILENAME ~ /kubelet\.log$/ && /MountVolume\.(MountDevice|SetUp) succeeded/ {
 # hop OP LABEL KEY_LVM_AGENT KEY_TOPOLVM: a row of OP's timeline ("-": the
 # stack has no such hop). Keys: "pvc|pod|pv|lv|vid EVENT", resolved per claim.
 function hop(op, label, a, b) { NH[op]++; HL[op, NH[op]] = label; HK[op, NH[op], 1] = a; HK[op, NH[op], 2] = b }
-function at(n, key,   w, o, e, pv, lv) { # the time of key's event for claim n, or "" (unknown)
+function at(n, key,   w, o, e, pv, v) { # the time of key's event for claim n, or "" (unknown)
   if (key == "-") return ""
   split(key, w, " "); o = w[1]; e = w[2]; pv = PVOF[n]
   if (o == "pvc" || o == "pod") return ((o " " n " " e) in T) ? T[o " " n " " e] : ""
   if (pv == "") return ""
   if (o == "pv") return ((o " " pv " " e) in T) ? T[o " " pv " " e] : ""
   if (o == "lv") return (("lv " pv " " e) in T) ? T["lv " pv " " e] : ""
-  if (o == "vid") { for (v in LVOFVID) if (LVOFVID[v] == pv) { if (e == "made" && (v in LVMDMADE)) return LVMDMADE[v]; if (e == "gone" && (v in LVMDGONE)) return LVMDGONE[v] } }
+  if (o == "vid" && (pv in VIDOF)) { v = VIDOF[pv]; if (e == "made" && (v in LVMDMADE)) return LVMDMADE[v]; if (e == "gone" && (v in LVMDGONE)) return LVMDGONE[v] }
   return ""
 }
 function median(op, s, i,   n, j, k, x, a) {
