@@ -148,7 +148,7 @@ func (s *Shared) fresh(ctx context.Context, dc string, since time.Time) ([]Volum
 		// Too old for this caller: wait for it to end, then start the next
 		// (others arriving meanwhile share that one).
 		s.mu.Unlock()
-		if err := wait(ctx, f); err != nil {
+		if err := wait(ctx, "list", f.done); err != nil {
 			return nil, err
 		}
 		return s.fresh(ctx, dc, since)
@@ -156,7 +156,7 @@ func (s *Shared) fresh(ctx context.Context, dc string, since time.Time) ([]Volum
 	if f != nil {
 		s.mu.Unlock()
 		s.lists.WithLabelValues("shared").Inc()
-		if err := wait(ctx, f); err != nil {
+		if err := wait(ctx, "list", f.done); err != nil {
 			return nil, err
 		}
 		return clone(f.vols), f.err
@@ -190,12 +190,13 @@ func (s *Shared) fresh(ctx context.Context, dc string, since time.Time) ([]Volum
 	return clone(vols), err
 }
 
-func wait(ctx context.Context, f *flight) error {
+// wait waits for a call in progress to end (done closed), or for ctx.
+func wait(ctx context.Context, op string, done <-chan struct{}) error {
 	select {
-	case <-f.done:
+	case <-done:
 		return nil
 	case <-ctx.Done():
-		return &Error{Op: "list", Kind: ErrUnavailable, Cause: ctx.Err()}
+		return &Error{Op: op, Kind: ErrUnavailable, Cause: ctx.Err()}
 	}
 }
 
@@ -313,12 +314,10 @@ func (s *Shared) Capacity(ctx context.Context) ([]Capacity, error) {
 	}
 	if f := s.capsFlight; f != nil {
 		s.mu.Unlock()
-		select {
-		case <-f.done:
-			return slices.Clone(f.caps), f.err
-		case <-ctx.Done():
-			return nil, &Error{Op: "capacity", Kind: ErrUnavailable, Cause: ctx.Err()}
+		if err := wait(ctx, "capacity", f.done); err != nil {
+			return nil, err
 		}
+		return slices.Clone(f.caps), f.err
 	}
 	f := &capsFlight{done: make(chan struct{})}
 	s.capsFlight = f
