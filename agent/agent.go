@@ -26,6 +26,13 @@ import (
 	"github.com/lvm-agent/lvm-agent/lvmbackend"
 )
 
+// DefaultReadMaxAge is --lvmd-list-max-age: a create's listing decides only
+// that nothing is in the way (lvcreate checks that again, and what the
+// listing shows in the way is read afresh), so it may be old; the age
+// bounds how long a change made by anything else goes unseen by the rule
+// that a claim owns one LV on the node.
+const DefaultReadMaxAge = 5 * time.Minute
+
 // Config is what an agent needs to know about its node.
 type Config struct {
 	Node kube.Node

@@ -91,7 +91,7 @@ func startOn(t testing.TB, cfg Config, f fakeLVMD, backend lvmbackend.Backend) *
 	// As lvm-agent runs in front of topolvm's lvmd (the fake here); a
 	// negative ReadMaxAge: every read asks lvmd.
 	if cfg.ReadMaxAge >= 0 {
-		cfg.ShareReads, cfg.ReadMaxAge = true, cmp.Or(cfg.ReadMaxAge, 10*time.Second)
+		cfg.ShareReads, cfg.ReadMaxAge = true, cmp.Or(cfg.ReadMaxAge, DefaultReadMaxAge)
 	}
 	inf := kube.NewInformers(e.client, node, kube.WatchAll, kube.WithOwner(cfg.Node))
 	e.events, e.metrics = record.NewFakeRecorder(1000), NewMetrics(nil)

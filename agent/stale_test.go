@@ -174,3 +174,56 @@ func (e *env) settle(t *testing.T, hooked *atomic.Bool) {
 	time.Sleep(200 * time.Millisecond)
 	require.True(t, idle())
 }
+
+// A create's listing may be --lvmd-list-max-age old. It answers the creates
+// that find nothing in the way without a listing of their own, and what it
+// shows in the way, or lacks, is read again: an operator's foreign LV
+// removed since, an LV of the claim removed since, a clone's source made
+// since by the node's other agent.
+func TestOldListingDecidesNothingInTheWay(t *testing.T) {
+	e := start(t, Config{ReadMaxAge: time.Hour})
+	var lists atomic.Int32
+	e.lvm.SetHook(func(op, _, _ string) error {
+		if op == "list" {
+			lists.Add(1)
+		}
+		return nil
+	})
+	_, err := e.lvm.Create("thick", "foreign", 4096, []string{"someone-else"})
+	require.NoError(t, err)
+	created := func(name, specJSON string) {
+		t.Helper()
+		if specJSON != "" {
+			e.pvc(t, "default", name, node, spec(specJSON))
+		}
+		ann := e.waitPVC(t, "default", name)
+		require.Equal(t, kube.StateCreated, ann[kube.AnnLifecycle], "annotations: %v", ann)
+	}
+	created("a", `{"volumeGroup":"thick","name":"lv-a","size":4096}`)
+	first := lists.Load()
+	require.NotZero(t, first, "the first create lists the classes")
+	created("b", `{"volumeGroup":"thick","name":"lv-b","size":4096}`)
+	assert.Equal(t, first, lists.Load(), "a create with nothing in the way reads the kept listings")
+
+	// Removed behind the agent's back: the kept listing still shows them.
+	require.NoError(t, e.lvm.Remove("thick", "foreign"))
+	created("c", `{"volumeGroup":"thick","name":"foreign","size":4096}`)
+	require.NoError(t, e.lvm.Remove("thick", "lv-b"))
+	_, err = kube.UpdatePvcWithAnnotations(context.Background(), e.client, "default", "b", "", kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreating}), nil)
+	require.NoError(t, err)
+	created("b", "")
+	lvs, err := e.lvm.List("thick")
+	require.NoError(t, err)
+	names := map[string][]string{}
+	for _, lv := range lvs {
+		names[lv.Name] = lv.Tags
+	}
+	assert.Equal(t, map[string][]string{"lv-a": {OwnerTag("default-a-uid")}, "foreign": {OwnerTag("default-c-uid")}, "lv-b": {OwnerTag("default-b-uid")}}, names,
+		"the LVs the kept listing wrongly showed in the way are made for their claims")
+
+	// Made behind the agent's back: a clone's source the kept listing lacks.
+	_, err = e.lvm.Create("thin", "src", 4096, []string{OwnerTag("default-other-uid")})
+	require.NoError(t, err)
+	e.pvc(t, "default", "d", node, cloneSpec("thin", "src", kube.CloneSnapshot, 4096))
+	created("d", "")
+}

@@ -116,6 +116,8 @@ func DeviceClass(classes map[string]string, vg string) string {
 // only if it is at least the asked size. lvmd's CreateLV is not idempotent,
 // and the listing also makes a retry after a crash find its LV instead of
 // reading "VG full" when the space is full of the very LV it asked for.
+// The listing may be a shared one, up to --lvmd-list-max-age old: what it
+// finds in the way is read again (again) before it is answered on.
 // When lvcreate then fails, the failure is judged by a second look: our LV
 // (made meanwhile by a killed agent's lvcreate) is success, a foreign one a
 // conflict, and only with no LV there does lvmd's error stand.
@@ -154,7 +156,7 @@ func (a *Agent) create(ctx context.Context, pvc *corev1.PersistentVolumeClaim, s
 	var src *lvmbackend.Volume
 	if spec.Source != nil {
 		var out outcome
-		if src, out = a.cloneable(lvs, spec, t); src == nil {
+		if src, out = a.cloneable(ctx, lvs, spec, t); src == nil {
 			return out
 		}
 		if spec.Source.Kind == kube.CloneCopy {
@@ -162,7 +164,17 @@ func (a *Agent) create(ctx context.Context, pvc *corev1.PersistentVolumeClaim, s
 		}
 	}
 	for i := range lvs {
-		if out, found := a.existing(&lvs[i], spec, t, tag, done); found {
+		if lvs[i].Name != t.name && !lvs[i].HasTag(tag) {
+			continue
+		}
+		lv, err := a.again(ctx, t.deviceClass, lvs[i].Name)
+		switch {
+		case err != nil:
+			return retry(err)
+		case lv == nil:
+			continue
+		}
+		if out, found := a.existing(lv, spec, t, tag, done); found {
 			return out
 		}
 	}
@@ -243,19 +255,44 @@ func (a *Agent) create(ctx context.Context, pvc *corev1.PersistentVolumeClaim, s
 // LV's data into a claim), and only by the kinds this agent makes (a copy
 // needs the kernel's open counts). The source is nil with the answer
 // otherwise.
-func (a *Agent) cloneable(lvs []lvmbackend.Volume, spec kube.CreateSpec, t target) (*lvmbackend.Volume, outcome) {
+func (a *Agent) cloneable(ctx context.Context, lvs []lvmbackend.Volume, spec kube.CreateSpec, t target) (*lvmbackend.Volume, outcome) {
 	src := spec.Source
 	if src.Kind == kube.CloneCopy && a.cfg.openCounts == nil {
 		return nil, fail(kube.ReasonCloneNotSupported, fmt.Errorf("this agent makes no thick copy: it cannot read device-mapper (it needs privileged: true) to see that the source is not in use; no LV is made"))
 	}
-	i := slices.IndexFunc(lvs, func(lv lvmbackend.Volume) bool { return lv.Name == src.Name })
-	if i < 0 {
+	var lv *lvmbackend.Volume
+	if i := slices.IndexFunc(lvs, func(lv lvmbackend.Volume) bool { return lv.Name == src.Name }); i >= 0 {
+		lv = &lvs[i]
+	} else {
+		var err error
+		if lv, err = a.again(ctx, t.deviceClass, src.Name); err != nil {
+			return nil, retry(err)
+		}
+	}
+	if lv == nil {
 		return nil, fail(kube.ReasonVolumeNotFound, fmt.Errorf("the clone's source LV %s/%s does not exist; no LV is made", t.deviceClass, src.Name))
 	}
-	if _, ok := OwnerUID(&lvs[i]); !ok {
+	if _, ok := OwnerUID(lv); !ok {
 		return nil, fail(kube.ReasonNameConflict, fmt.Errorf("the clone's source LV %s/%s was not made by lvm-agent for a claim; it is not copied", t.deviceClass, src.Name))
 	}
-	return &lvs[i], outcome{}
+	return lv, outcome{}
+}
+
+// again reads an LV afresh (nil when there is none): a create's listing may
+// be up to --lvmd-list-max-age old (lvmbackend.Shared), so it decides alone
+// only that nothing stands in the way, which lvcreate checks again (it
+// refuses a name that is taken). Whatever the listing shows in the way (an
+// LV of the name, an LV of the claim) or lacks that the create needs (a
+// clone's source) is read again before the create is answered on it: the
+// node's other agent, or an operator, may have made or removed it since.
+// Those are the rare creates (a retry, a re-request, a clone); the others
+// read no listing of their own.
+func (a *Agent) again(ctx context.Context, deviceClass, name string) (*lvmbackend.Volume, error) {
+	lv, err := a.backend.GetVolume(ctx, deviceClass, name)
+	if errors.Is(err, lvmbackend.ErrNotFound) {
+		return nil, nil
+	}
+	return lv, err
 }
 
 // existing judges an LV already there for a create: found is false when lv
@@ -299,7 +336,13 @@ func (a *Agent) elsewhere(ctx context.Context, t target, tag string) (outcome, b
 			continue
 		}
 		for _, lv := range lvs {
-			if lv.HasTag(tag) {
+			if !lv.HasTag(tag) {
+				continue
+			}
+			switch lv, err := a.again(ctx, c.DeviceClass, lv.Name); {
+			case err != nil:
+				return retry(err), true
+			case lv != nil && lv.HasTag(tag):
 				return fail(kube.ReasonVolumeMismatch, fmt.Errorf("this PVC already has LV %s/%s; a claim owns at most one LV on a node, so none is made in device class %q", c.DeviceClass, lv.Name, t.deviceClass)), true
 			}
 		}

@@ -91,7 +91,7 @@ func agentMain(args []string) int {
 	fs.IntVar(&o.lvmdCalls, "lvmd-calls", agent.DefaultLVMDCalls, "calls into lvmd at once (each is lvm commands, and lvm serializes a volume group's writes: more only load the node)")
 	fs.BoolVar(&o.allowUntagged, "allow-untagged-delete", false, "let deletes remove LVs without lvm-agent's ownership tag (volumes made by the original agent)")
 	fs.DurationVar(&o.opTimeout, "op-timeout", 2*time.Minute, "bound on one lvmd call or API write")
-	fs.DurationVar(&o.readMaxAge, "lvmd-list-max-age", 10*time.Second, "with topolvm's lvmd: how long one listing of a device class, kept current with this agent's own writes, answers the creates that need it (changes made by anything else show within this age; deletes and grows always read afresh); 0 shares only the listings in flight")
+	fs.DurationVar(&o.readMaxAge, "lvmd-list-max-age", agent.DefaultReadMaxAge, "with topolvm's lvmd: how long one listing of a device class, kept current with this agent's own writes, answers the creates that need it (it decides only that nothing is in the way, which lvcreate checks again: an LV it shows in the way, or a clone's source it lacks, is read afresh; deletes and grows always read afresh); 0 shares only the listings in flight")
 	fs.DurationVar(&o.grace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long in-flight operations may finish")
 	fs.StringVar(&o.metricsAddress, "metrics-address", ":8495", "serve /metrics, /healthz and /readyz here (empty: off)")
 	fs.StringVar(&o.dmControl, "device-mapper-control", "/dev/mapper/control", "device-mapper control node, to confirm LV devices and report thin-pool usage (empty: off; unreadable: noted once, then off)")
