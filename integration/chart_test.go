@@ -404,6 +404,11 @@ func TestProbesTolerateALoadedNode(t *testing.T) {
 		} {
 			require.NotNil(t, c.LivenessProbe, "%s: %s", name, what)
 			assert.GreaterOrEqual(t, c.LivenessProbe.TimeoutSeconds, int32(10), "%s: %s's liveness timeout", name, what)
+			// A start on a node busy booting took minutes (the power cut's
+			// recovery): liveness waits for the first answer.
+			require.NotNil(t, c.StartupProbe, "%s: %s's startup probe", name, what)
+			assert.Equal(t, c.LivenessProbe.HTTPGet.Path, c.StartupProbe.HTTPGet.Path, "%s: %s", name, what)
+			assert.GreaterOrEqual(t, c.StartupProbe.PeriodSeconds*c.StartupProbe.FailureThreshold, int32(300), "%s: %s may take 5 min to start", name, what)
 		}
 	}
 }
