@@ -166,7 +166,17 @@ func runProvisioner(o provisionerOptions) error {
 		run(ctx)
 		return nil
 	}
-	return leaderElect(ctx, client, o, health, run)
+	// The Lease is renewed through a client of its own: behind the
+	// controllers' requests in the shared client's rate limiter (a
+	// recovering cluster's backlog) a renewal waited past its deadline, the
+	// leader gave up its Lease and exited, again and again (the cluster
+	// power cut, docs/runs/faults.md). A renewal is one request every
+	// few seconds; its limiter never waits for the controllers' requests.
+	leClient, err := newClient(o.kubeconfig, 5, 10)
+	if err != nil {
+		return err
+	}
+	return leaderElect(ctx, leClient, o, health, run)
 }
 
 // serveHealth serves /healthz on addr until ctx ends: 200 while the Lease,

@@ -719,3 +719,33 @@ func TestClaimsAskedOnce(t *testing.T) {
 		assert.Equal(t, []string{kube.StateDeleting, kube.StateDeleted}, removal[i](), "PV of c%d: its lifecycle, each change once", i)
 	}
 }
+
+// A leader whose client is throttled far below what its controllers ask
+// (a recovering cluster's backlog) keeps its Lease: the renewals do not
+// queue behind the controllers' requests. Before, they waited past the
+// renew deadline, and the leader gave up its Lease and exited.
+func TestLeaderKeepsItsLeaseWhenThrottled(t *testing.T) {
+	const name = "throttled.lvm-agent.io"
+	p := startProvisioner(t, "--name", name, "--kube-api-qps", "0.2", "--kube-api-burst", "1", "--label-requests=false")
+	leases := cluster.Client.CoordinationV1().Leases(namespace)
+	var holder string
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		l, err := leases.Get(ctx, name, metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil {
+			return false, nil
+		}
+		holder = *l.Spec.HolderIdentity
+		return true, nil
+	})
+	require.NoError(t, err, "the provisioner takes its Lease")
+	// Five renew deadlines (3 s each) while its controllers' informers
+	// wait seconds for each request.
+	time.Sleep(15 * time.Second)
+	l, err := leases.Get(context.Background(), name, metav1.GetOptions{})
+	require.NoError(t, err)
+	require.NotNil(t, l.Spec.HolderIdentity)
+	assert.Equal(t, holder, *l.Spec.HolderIdentity, "the same process holds the Lease")
+	require.NotNil(t, l.Spec.RenewTime)
+	assert.Less(t, time.Since(l.Spec.RenewTime.Time), 4*time.Second, "renewed within the Lease's duration")
+	assert.NotContains(t, p.Output(), "lost the leader Lease")
+}
