@@ -177,7 +177,7 @@ func (e *env) settle(t *testing.T, hooked *atomic.Bool) {
 
 // A create's listing may be --lvmd-list-max-age old. It answers the creates
 // that find nothing in the way without a listing of their own, and what it
-// shows in the way, or lacks, is read again: an operator's foreign LV
+// shows in the way, or a clone's source, is read again: an operator's foreign LV
 // removed since, an LV of the claim removed since, a clone's source made
 // since by the node's other agent.
 func TestOldListingDecidesNothingInTheWay(t *testing.T) {

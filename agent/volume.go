@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -156,7 +155,7 @@ func (a *Agent) create(ctx context.Context, pvc *corev1.PersistentVolumeClaim, s
 	var src *lvmbackend.Volume
 	if spec.Source != nil {
 		var out outcome
-		if src, out = a.cloneable(ctx, lvs, spec, t); src == nil {
+		if src, out = a.cloneable(ctx, spec, t); src == nil {
 			return out
 		}
 		if spec.Source.Kind == kube.CloneCopy {
@@ -250,26 +249,22 @@ func (a *Agent) create(ctx context.Context, pvc *corev1.PersistentVolumeClaim, s
 	return retry(createErr)
 }
 
-// cloneable finds a clone's source among the device class's LVs (lvs):
-// only an LV that lvm-agent made for a claim is copied (never a foreign
+// cloneable reads a clone's source afresh (its tags say whose data it
+// holds, and a copy reads its device): only an LV that lvm-agent made for a
+// claim is copied (never a foreign
 // LV's data into a claim), and only by the kinds this agent makes (a copy
 // needs the kernel's open counts). The source is nil with the answer
 // otherwise.
-func (a *Agent) cloneable(ctx context.Context, lvs []lvmbackend.Volume, spec kube.CreateSpec, t target) (*lvmbackend.Volume, outcome) {
+func (a *Agent) cloneable(ctx context.Context, spec kube.CreateSpec, t target) (*lvmbackend.Volume, outcome) {
 	src := spec.Source
 	if src.Kind == kube.CloneCopy && a.cfg.openCounts == nil {
 		return nil, fail(kube.ReasonCloneNotSupported, fmt.Errorf("this agent makes no thick copy: it cannot read device-mapper (it needs privileged: true) to see that the source is not in use; no LV is made"))
 	}
-	var lv *lvmbackend.Volume
-	if i := slices.IndexFunc(lvs, func(lv lvmbackend.Volume) bool { return lv.Name == src.Name }); i >= 0 {
-		lv = &lvs[i]
-	} else {
-		var err error
-		if lv, err = a.again(ctx, t.deviceClass, src.Name); err != nil {
-			return nil, retry(err)
-		}
-	}
-	if lv == nil {
+	lv, err := a.again(ctx, t.deviceClass, src.Name)
+	switch {
+	case err != nil:
+		return nil, retry(err)
+	case lv == nil:
 		return nil, fail(kube.ReasonVolumeNotFound, fmt.Errorf("the clone's source LV %s/%s does not exist; no LV is made", t.deviceClass, src.Name))
 	}
 	if _, ok := OwnerUID(lv); !ok {
@@ -282,9 +277,9 @@ func (a *Agent) cloneable(ctx context.Context, lvs []lvmbackend.Volume, spec kub
 // be up to --lvmd-list-max-age old (lvmbackend.Shared), so it decides alone
 // only that nothing stands in the way, which lvcreate checks again (it
 // refuses a name that is taken). Whatever the listing shows in the way (an
-// LV of the name, an LV of the claim) or lacks that the create needs (a
-// clone's source) is read again before the create is answered on it: the
-// node's other agent, or an operator, may have made or removed it since.
+// LV of the name, an LV of the claim) is read again before the create is
+// answered on it, and so is a clone's source: the node's other agent, or an
+// operator, may have made, changed or removed it since.
 // Those are the rare creates (a retry, a re-request, a clone); the others
 // read no listing of their own.
 func (a *Agent) again(ctx context.Context, deviceClass, name string) (*lvmbackend.Volume, error) {
