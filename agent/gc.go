@@ -174,7 +174,9 @@ func (g *OrphanGC) Pass(ctx context.Context) (GCResult, error) {
 }
 
 func (g *OrphanGC) candidates(ctx context.Context) ([]candidate, error) {
-	lctx, cancel := context.WithTimeout(ctx, g.a.cfg.OpTimeout)
+	// Fresh listings: an orphan is an LV this agent did not make or lost
+	// track of, which a kept listing may not show yet.
+	lctx, cancel := context.WithTimeout(lvmbackend.WithFresh(ctx), g.a.cfg.OpTimeout)
 	defer cancel()
 	caps, err := g.a.backend.Capacity(lctx)
 	if err != nil {

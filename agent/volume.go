@@ -403,7 +403,8 @@ func (a *Agent) plain(ctx context.Context, lv *lvmbackend.Volume, t target) (out
 	if known {
 		return outcome{}, true
 	}
-	lvs, err := a.backend.ListVolumes(ctx, t.deviceClass)
+	// Afresh: a snapshot made since a kept listing would go with the LV.
+	lvs, err := a.backend.ListVolumes(lvmbackend.WithFresh(ctx), t.deviceClass)
 	if err != nil {
 		return retry(err), false
 	}

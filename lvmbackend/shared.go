@@ -114,9 +114,22 @@ func (s *Shared) class(dc string) *listing {
 	return l
 }
 
+// freshKey marks a context whose listings must begin after the call.
+type freshKey struct{}
+
+// WithFresh marks ctx so that ListVolumes through a Shared reads a listing
+// that began after the call, as GetVolume does, never a kept one: for the
+// readers that must see what anything else changed (the orphan collector,
+// a delete's check for dependents).
+func WithFresh(ctx context.Context) context.Context { return context.WithValue(ctx, freshKey{}, true) }
+
 // ListVolumes answers from a listing younger than MaxAge, or else shares
-// the next one.
+// the next one; with ctx from WithFresh, from a listing begun after the
+// call.
 func (s *Shared) ListVolumes(ctx context.Context, deviceClass string) ([]Volume, error) {
+	if fresh, _ := ctx.Value(freshKey{}).(bool); fresh {
+		return s.fresh(ctx, deviceClass, s.now())
+	}
 	s.mu.Lock()
 	l := s.class(deviceClass)
 	if l.kept && s.now().Sub(l.at) < s.maxAge {

@@ -228,6 +228,24 @@ func TestSharedMaxAge(t *testing.T) {
 	assert.EqualValues(t, 2, s.lists.Load())
 }
 
+// A listing asked WithFresh (the orphan collector, a delete's check for
+// dependents) began after the call, whatever the age of the kept one.
+func TestSharedWithFreshReadsAfterItsCall(t *testing.T) {
+	s := newSharedLVMD(t, time.Hour)
+	ctx := context.Background()
+	_, err := s.shared.ListVolumes(ctx, "vg1")
+	require.NoError(t, err)
+	_, err = s.m.Create("vg1", "foreign", 4096, nil)
+	require.NoError(t, err)
+	vols, err := s.shared.ListVolumes(ctx, "vg1")
+	require.NoError(t, err)
+	assert.Empty(t, vols, "the kept listing")
+	vols, err = s.shared.ListVolumes(lvmbackend.WithFresh(ctx), "vg1")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"foreign"}, names(vols), "a listing begun after the call")
+	assert.EqualValues(t, 2, s.lists.Load())
+}
+
 // A new LV's path comes from the class's listings also once the class is
 // empty again and its listing is no longer kept (one-at-a-time creates
 // and deletes): no listing is spent on the answer's device. A class never
