@@ -403,8 +403,9 @@ func (a *Agent) plain(ctx context.Context, lv *lvmbackend.Volume, t target) (out
 	if known {
 		return outcome{}, true
 	}
-	// Afresh: a snapshot made since a kept listing would go with the LV.
-	lvs, err := a.backend.ListVolumes(lvmbackend.WithFresh(ctx), t.deviceClass)
+	// The listing remove's GetVolume has just read (it is kept): as fresh
+	// as lv itself.
+	lvs, err := a.backend.ListVolumes(ctx, t.deviceClass)
 	if err != nil {
 		return retry(err), false
 	}

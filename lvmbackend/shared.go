@@ -119,8 +119,7 @@ type freshKey struct{}
 
 // WithFresh marks ctx so that ListVolumes through a Shared reads a listing
 // that began after the call, as GetVolume does, never a kept one: for the
-// readers that must see what anything else changed (the orphan collector,
-// a delete's check for dependents).
+// readers that must see what anything else changed (the orphan collector).
 func WithFresh(ctx context.Context) context.Context { return context.WithValue(ctx, freshKey{}, true) }
 
 // ListVolumes answers from a listing younger than MaxAge, or else shares

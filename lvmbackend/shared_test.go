@@ -221,7 +221,7 @@ func TestSharedMaxAge(t *testing.T) {
 	vols, err := s.shared.ListVolumes(ctx, "vg1")
 	require.NoError(t, err)
 	assert.Empty(t, vols, "within the age: the kept listing")
-	// WithFresh (the orphan collector, a delete's check for dependents):
+	// WithFresh (the orphan collector):
 	// a listing begun after the call, whatever the kept one's age.
 	vols, err = s.shared.ListVolumes(lvmbackend.WithFresh(ctx), "vg1")
 	require.NoError(t, err)
