@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/util/workqueue"
@@ -119,7 +120,11 @@ func runProvisioner(o provisionerOptions) error {
 	if o.nodeLossGrace <= 0 {
 		return fmt.Errorf("--node-loss-grace must be positive, not %s", o.nodeLossGrace)
 	}
-	client, err := newClient(o.kubeconfig, o.qps, o.burst)
+	cfg, err := agentConfig(o.kubeconfig)
+	if err != nil {
+		return err
+	}
+	client, err := clientFor(rest.CopyConfig(cfg), o.qps, o.burst)
 	if err != nil {
 		return err
 	}
@@ -172,7 +177,7 @@ func runProvisioner(o provisionerOptions) error {
 	// leader gave up its Lease and exited, again and again (the cluster
 	// power cut, docs/runs/faults.md). A renewal is one request every
 	// few seconds; its limiter never waits for the controllers' requests.
-	leClient, err := newClient(o.kubeconfig, 5, 10)
+	leClient, err := clientFor(cfg, 5, 10)
 	if err != nil {
 		return err
 	}
