@@ -52,7 +52,8 @@ type Config struct {
 	// dialect whose one-LV lookup is a listing (topolvm's).
 	ShareReads bool
 	ReadMaxAge time.Duration
-	// OpTimeout bounds one lvmd call (its wait for a turn included).
+	// OpTimeout bounds one lvmd call from its turn (the wait for a turn,
+	// LVMDCalls, not included), and one API call of a request.
 	OpTimeout time.Duration
 	// Devices, when not nil, cross-checks LVs with the kernel's device-mapper.
 	Devices *Devices
@@ -100,7 +101,7 @@ func New(cfg Config, client kubernetes.Interface, backend lvmbackend.Backend, re
 	if cfg.LVMDCalls <= 0 {
 		cfg.LVMDCalls = DefaultLVMDCalls
 	}
-	backend = limitLVMDCalls(backend, cfg.LVMDCalls)
+	backend = limitLVMDCalls(backend, cfg.LVMDCalls, cfg.OpTimeout)
 	if metrics == nil {
 		metrics = NewMetrics(nil)
 	}
@@ -295,7 +296,9 @@ const (
 )
 
 // sync handles one request. Its context is not the agent's: an operation that
-// has started runs to its end (bounded by OpTimeout) even during shutdown.
+// has started runs to its end even during shutdown. It has no deadline of its
+// own: each of its lvmd calls is bounded from its turn, each API call by its
+// own OpTimeout.
 func (a *Agent) sync(k Key) syncResult {
 	obj, seen := a.DSW.get(k)
 	if obj == nil {
@@ -324,10 +327,8 @@ func (a *Agent) sync(k Key) syncResult {
 		return syncBusy
 	}
 	defer a.release(t)
-	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.OpTimeout)
-	defer cancel()
 	start := time.Now()
-	ctx, st := withSteps(ctx, start.Sub(seen))
+	ctx, st := withSteps(context.Background(), start.Sub(seen))
 	return a.answer(r, op(ctx), start, st)
 }
 

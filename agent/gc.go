@@ -16,7 +16,7 @@ import (
 	"github.com/lvm-agent/lvm-agent/lvmbackend"
 )
 
-// Orphan garbage collection (opt-in). An LV is an orphan when it carries this
+// Orphan garbage collection. An LV is an orphan when it carries this
 // agent's ownership tag, is tagged neither protected nor retained (the
 // provisioner's tag for volumes of Retain classes: their data outlives the
 // PV, as Kubernetes promises), no PVC with the tag's UID exists, and no PV or
@@ -40,6 +40,12 @@ import (
 // in a dry run an LV already reported is reported again without a list. A
 // list thus happens only for an LV that is new to the collector, due for
 // removal, or explained longer ago than RecheckAfter.
+//
+// It is on by default, so it holds back where its rule could be wrong for
+// many LVs at once: a pass with more orphans due than GCConfig.Max removes
+// none of them. A crash leaves at most the creates in flight (bounded by the
+// lvmd-call slots); an API server restored from an old backup, or an agent
+// pointed at another cluster, makes many LVs look orphaned together.
 
 // GCConfig configures the orphan collector.
 type GCConfig struct {
@@ -52,7 +58,14 @@ type GCConfig struct {
 	// explained is left out of the live list (0: ten intervals). It delays
 	// the removal of an LV whose last reference goes, never hastens one.
 	RecheckAfter time.Duration
+	// Max is the most orphans one pass removes; a pass with more due removes
+	// none and reports them held (0: no bound).
+	Max int
 }
+
+// firstPassAfter bounds the wait for the first pass: an agent's start is
+// when a crash's orphans are to be found, not an interval later.
+var firstPassAfter = time.Minute
 
 // Orphan is an LV found orphaned.
 type Orphan struct {
@@ -75,6 +88,8 @@ type GCResult struct {
 	// WouldRemove were orphaned on two passes but left in place: dry run, or
 	// an operation on the same LV was in flight.
 	WouldRemove []Orphan
+	// Held were due for removal but left in place: more than Max were due.
+	Held []Orphan
 }
 
 // OrphanGC is the orphan collector of one agent.
@@ -113,7 +128,7 @@ func NewOrphanGC(a *Agent, cfg GCConfig, reg prometheus.Registerer) *OrphanGC {
 		removals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lvm_agent_orphan_gc_removals_total",
 			Help: "Orphan LVs removed (result=removed) or that failed to be removed (result=error)."}, []string{"result"}),
 		orphans: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "lvm_agent_orphan_lvs",
-			Help: "Orphan LVs after the last pass: marked (found once, removed if still orphaned next pass) or would_remove (dry run, or busy)."}, []string{"phase"}),
+			Help: "Orphan LVs after the last pass: marked (found once, removed if still orphaned next pass), would_remove (dry run, or busy) or held (more due than --orphan-gc-max)."}, []string{"phase"}),
 	}
 	if reg != nil {
 		reg.MustRegister(g.passes, g.removals, g.orphans)
@@ -123,14 +138,15 @@ func NewOrphanGC(a *Agent, cfg GCConfig, reg prometheus.Registerer) *OrphanGC {
 
 // Run makes a pass every Interval until ctx ends.
 func (g *OrphanGC) Run(ctx context.Context) {
-	klog.InfoS("Orphan LV collector started", "interval", g.cfg.Interval, "dryRun", g.cfg.DryRun)
-	t := time.NewTicker(g.cfg.Interval)
+	klog.InfoS("Orphan LV collector started", "interval", g.cfg.Interval, "dryRun", g.cfg.DryRun, "max", g.cfg.Max)
+	t := time.NewTimer(min(g.cfg.Interval, firstPassAfter))
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			t.Reset(g.cfg.Interval)
 		}
 		if _, err := g.Pass(ctx); err != nil && ctx.Err() == nil {
 			// Nothing was removed; the marks stay for the next pass.
@@ -256,6 +272,17 @@ func (g *OrphanGC) act(ctx context.Context, orphaned []candidate) GCResult {
 	var res GCResult
 	now := time.Now()
 	marks := map[orphanKey]time.Time{}
+	due := 0
+	for _, c := range orphaned {
+		if _, marked := g.marks[c.orphanKey]; marked {
+			due++
+		}
+	}
+	hold := !g.cfg.DryRun && g.cfg.Max > 0 && due > g.cfg.Max
+	if hold {
+		klog.ErrorS(nil, "Orphan LV collector: more orphans due than it removes in one pass; removing none. So many at once suggests an API server restored from an old backup or an agent pointed at another cluster: check them (lvm-agent volume status), then remove them by hand or raise --orphan-gc-max",
+			"due", due, "max", g.cfg.Max)
+	}
 	for _, c := range orphaned {
 		since, marked := g.marks[c.orphanKey]
 		o := Orphan{DeviceClass: c.deviceClass, Name: c.name, OwnerUID: c.uid, SizeBytes: c.lv.SizeBytes, Since: since}
@@ -270,6 +297,9 @@ func (g *OrphanGC) act(ctx context.Context, orphaned []candidate) GCResult {
 			marks[c.orphanKey] = since
 			res.WouldRemove = append(res.WouldRemove, o)
 			klog.InfoS("Dry run: would remove orphan LV", "lv", o, "ownerUID", o.OwnerUID, "sizeBytes", o.SizeBytes, "orphanedSince", since)
+		case hold:
+			marks[c.orphanKey] = since
+			res.Held = append(res.Held, o)
 		default:
 			switch err := g.remove(ctx, c); {
 			case errors.Is(err, errBusy):
@@ -295,6 +325,7 @@ func (g *OrphanGC) act(ctx context.Context, orphaned []candidate) GCResult {
 	}
 	g.orphans.WithLabelValues("marked").Set(float64(len(res.Marked)))
 	g.orphans.WithLabelValues("would_remove").Set(float64(len(res.WouldRemove)))
+	g.orphans.WithLabelValues("held").Set(float64(len(res.Held)))
 	slices.SortFunc(res.Removed, func(a, b Orphan) int { return strings.Compare(a.String(), b.String()) })
 	return res
 }

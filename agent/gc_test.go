@@ -360,6 +360,42 @@ func TestOrphanGCRun(t *testing.T) {
 	assert.GreaterOrEqual(t, value(t, e.gc.passes.WithLabelValues("ok")), 2.0)
 }
 
+// The first pass comes soon after the start, not an interval later: a
+// crash's orphans are found when the agent is back.
+func TestOrphanGCFirstPassSoon(t *testing.T) {
+	defer func(d time.Duration) { firstPassAfter = d }(firstPassAfter)
+	firstPassAfter = 10 * time.Millisecond
+	e := newGCEnv(t, GCConfig{Interval: time.Hour}, false)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { e.gc.Run(ctx); close(done) }()
+	assert.Eventually(t, func() bool { return value(t, e.gc.passes.WithLabelValues("ok")) == 1 }, 5*time.Second, 5*time.Millisecond)
+	cancel()
+	<-done
+}
+
+// A pass with more orphans due than Max removes none of them and keeps
+// their marks; with fewer due it removes them all.
+func TestOrphanGCHeldAboveMax(t *testing.T) {
+	e := newGCEnv(t, GCConfig{Max: 2}, false)
+	for _, n := range []string{"lv1", "lv2", "lv3"} {
+		e.lv(t, "thick", n, OwnerTag(types.UID("gone-"+n)))
+	}
+	require.Len(t, e.pass(t).Marked, 3)
+	res := e.pass(t)
+	assert.Empty(t, res.Removed)
+	assert.Len(t, res.Held, 3)
+	assert.Equal(t, 3.0, value(t, e.gc.orphans.WithLabelValues("held")))
+	assert.Equal(t, []string{"lv1", "lv2", "lv3"}, e.names(t, "thick"))
+
+	require.NoError(t, e.lvm.Remove("thick", "lv3"))
+	res = e.pass(t)
+	assert.Empty(t, res.Held)
+	assert.Len(t, res.Removed, 2, "two due, within Max: both removed, on their marks")
+	assert.Empty(t, e.names(t, "thick"))
+	assert.Equal(t, 0.0, value(t, e.gc.orphans.WithLabelValues("held")))
+}
+
 // value reads a counter or gauge (prometheus' testutil would need a module
 // this repository does not require).
 func value(t *testing.T, m prometheus.Metric) float64 {

@@ -436,7 +436,9 @@ func (a *Agent) claimGone(ctx context.Context, pv *corev1.PersistentVolume, lv *
 	}
 	var owner string
 	if ref != nil && ref.Name != "" && string(ref.UID) == uid {
-		pvc, err := a.client.CoreV1().PersistentVolumeClaims(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+		gctx, cancel := context.WithTimeout(ctx, a.cfg.OpTimeout)
+		pvc, err := a.client.CoreV1().PersistentVolumeClaims(ref.Namespace).Get(gctx, ref.Name, metav1.GetOptions{})
+		cancel()
 		switch {
 		case apierrors.IsNotFound(err):
 		case err != nil:
@@ -460,6 +462,8 @@ func (a *Agent) claimGone(ctx context.Context, pv *corev1.PersistentVolume, lv *
 // claimNow reads pvc from the API server (a consistent read): nil when it
 // is gone or another claim has its name now.
 func (a *Agent) claimNow(ctx context.Context, pvc *corev1.PersistentVolumeClaim) (*corev1.PersistentVolumeClaim, error) {
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.OpTimeout)
+	defer cancel()
 	now, err := a.client.CoreV1().PersistentVolumeClaims(pvc.Namespace).Get(ctx, pvc.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):

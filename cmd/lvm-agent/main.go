@@ -90,7 +90,7 @@ func agentMain(args []string) int {
 	fs.IntVar(&o.workers, "workers", 8, "requests handled in parallel")
 	fs.IntVar(&o.lvmdCalls, "lvmd-calls", agent.DefaultLVMDCalls, "calls into lvmd at once (each is lvm commands, and lvm serializes a volume group's writes: more only load the node)")
 	fs.BoolVar(&o.allowUntagged, "allow-untagged-delete", false, "let deletes remove LVs without lvm-agent's ownership tag (volumes made by the original agent)")
-	fs.DurationVar(&o.opTimeout, "op-timeout", 2*time.Minute, "bound on one lvmd call or API write")
+	fs.DurationVar(&o.opTimeout, "op-timeout", 2*time.Minute, "bound on one lvmd call, from its turn (the wait behind --lvmd-calls not counted), and on one API call of a request")
 	fs.DurationVar(&o.readMaxAge, "lvmd-list-max-age", agent.DefaultReadMaxAge, "with topolvm's lvmd: how long one listing of a device class, kept current with this agent's own writes, answers the creates that need it (it decides only that nothing is in the way, which lvcreate checks again: an LV it shows in the way, and a clone's source, are read afresh; deletes and grows always read afresh); 0 shares only the listings in flight")
 	fs.DurationVar(&o.grace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long in-flight operations may finish")
 	fs.StringVar(&o.metricsAddress, "metrics-address", ":8495", "serve /metrics, /healthz and /readyz here (empty: off)")
@@ -131,6 +131,9 @@ func run(o options) error {
 	classes, err := parsePairs(o.deviceClassMap)
 	if err != nil {
 		return fmt.Errorf("--device-class-map: %w", err)
+	}
+	if o.gc.max < 0 || o.gc.interval < 0 {
+		return errors.New("--orphan-gc-max and --orphan-gc-interval must not be negative")
 	}
 	clientMetrics := kube.NewClientMetrics()
 	client, err := newClient(o.kubeconfig, o.qps, o.burst, func(cfg *rest.Config) {

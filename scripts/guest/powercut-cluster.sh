@@ -225,25 +225,34 @@ pc_write() {
 }
 
 # pc_recovered: each writer in a container started after this boot's start
-# ($pc_boot), and every request final; the first look that saw each is
-# marked on the share (pods-running, requests-final: their times on the
-# host). Quiet, never fails (the API server may be away).
+# ($pc_boot), every request final, and no LV left of a claim that is gone;
+# the first look that saw each is marked on the share (pods-running,
+# requests-final, orphans-gone: their times on the host). An orphan is not a
+# request: the claim of a create cut by the power went before the node was
+# back, and the agent's orphan collector removes its LV on its own pace
+# (two passes, one interval apart). Quiet, never fails (the API server may
+# be away).
 pc_recovered() {
   [ -e "$PC/pods-running" ] || ! pc_running || : >"$PC/pods-running"
   [ -e "$PC/requests-final" ] || ! pc_final || : >"$PC/requests-final"
-  [ -e "$PC/pods-running" ] && [ -e "$PC/requests-final" ]
+  [ -e "$PC/orphans-gone" ] || ! pc_no_orphans || : >"$PC/orphans-gone"
+  [ -e "$PC/pods-running" ] && [ -e "$PC/requests-final" ] && [ -e "$PC/orphans-gone" ]
 }
 pc_running() {
   local p
   p=$(kubectl get pod -l pc=writer -o jsonpath='{range .items[*]}{.metadata.name} {.status.phase} {.status.containerStatuses[0].state.running.startedAt}{"\n"}{end}' 2>/dev/null) || return 1
   [ "$(awk -v b="$pc_boot" '$2 == "Running" && $3 >= b' <<<"$p" | wc -l)" = 3 ]
 }
-pc_final() { # every claim Bound and answered, no PV or LV left of a claim that is gone
-  local c pvs lvs uid name tags
+pc_final() { # every claim Bound and answered, no PV left of a claim that is gone
+  local c pvs uid
   c=$(claims 2>/dev/null) || return 1
   [ -n "$c" ] && [ -z "$(awk -F';' '$3 != "Bound" || ($5 != "created" && $5 != "failed")' <<<"$c")" ] || return 1
   pvs=$(kubectl get pv -o jsonpath='{range .items[*]}{.spec.claimRef.uid}{"\n"}{end}' 2>/dev/null) || return 1
   for uid in $pvs; do awk -F';' -v u="$uid" '$2 == u { f = 1 } END { exit !f }' <<<"$c" || return 1; done
+}
+pc_no_orphans() { # no LV left of a claim that is gone
+  local c lvs uid name tags
+  c=$(claims 2>/dev/null) || return 1
   lvs=$(volumes -o lv_name,lv_tags 2>/dev/null) || return 1
   while read -r name tags; do
     [ -n "$name" ] && [ "$name" != foreign ] || continue
@@ -286,7 +295,7 @@ pc_check() {
   step "After the power cut: the StatefulSet's Pods running again and every request final, nothing installed again" \
     "kubelet starts the Pods again, lvm-agent's DaemonSet among them; the open requests must be answered."
   show kubectl get pod -A -o wide
-  within 1800 "each writer running again and every request final" pc_recovered
+  within 1800 "each writer running again, every request final and no orphan LV" pc_recovered
   : >"$PC/recovered" # its time on the host: the recovery's end
   # This boot's logs of the agent and the provisioner, for the host
   # (faults.sh's share, powercut/pod-logs): what the recovery waited on.

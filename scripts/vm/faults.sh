@@ -84,15 +84,16 @@ power_cut() {
 
 # power_cut_cluster: the power-cut-cluster part (above). Recover: from the
 # cut (the first QEMU killed) to the second guest seeing every writer Pod
-# running again and every request final, its build and boot included;
-# "pods s" and "final s" from the cut to each alone. "open@cut": claims
+# running again, every request final and no orphan LV, its build and boot
+# included; "pods s", "final s" and "orphans s" (the orphan collector's LV
+# removals) from the cut to each alone. "open@cut": claims
 # whose request was not yet answered created in the first guest's last look
 # before the cut.
 # A recovering node answers as an idle one: every request final at most
 # this long after the writers ran again.
 PC_FINAL_GOAL=60
 power_cut_cluster() {
-  local share rc=0 cut recover pods final gap t=$SECONDS k v # (pc_disk: global, for the EXIT trap)
+  local share rc=0 cut recover pods final orphans gap t=$SECONDS k v # (pc_disk: global, for the EXIT trap)
   local -A res=()
   share=$RUN/powercut-cluster-results
   rm -rf "$share" && mkdir -p "$share/powercut"
@@ -107,17 +108,17 @@ power_cut_cluster() {
   log "power cut, cluster: second boot on the same disk ($(du -h "$pc_disk" | cut -f1) of $(du -h --apparent-size "$pc_disk" | cut -f1) allocated)"
   "$here/node.sh" --timeout 2700 --disk "$pc_disk" --share "$share" -- --mode powercut --phase check || rc=$?
   since_cut() { [ -e "$1" ] && awk -v a="$(date -r "$1" +%s.%N)" -v b="$cut" 'BEGIN { printf "%.0f", a - b }' || echo '?'; }
-  recover=$(since_cut "$share/powercut/recovered") pods=$(since_cut "$share/powercut/pods-running") final=$(since_cut "$share/powercut/requests-final")
+  recover=$(since_cut "$share/powercut/recovered") pods=$(since_cut "$share/powercut/pods-running") final=$(since_cut "$share/powercut/requests-final") orphans=$(since_cut "$share/powercut/orphans-gone")
   [ ! -f "$share/powercut/result" ] || while read -r k v; do res[$k]=$v; done <"$share/powercut/result"
   # The storage's own delay: every request final after the writers ran
   # again (both after the cut); the goal is a node that answers as fast
   # recovering as idle.
   gap='?'
   [ "$pods" = '?' ] || [ "$final" = '?' ] || gap=$((final - pods))
-  printf '\n%-28s %7s %6s %8s %8s %9s %6s %7s %13s %4s %4s %6s %4s %6s %7s %10s\n' scenario volumes faults open@cut records "recover s" "pods s" "final s" \
-    "final-pods s" lost dup orphan open failed foreign mismatched
-  printf '%-28s %7s %6s %8s %8s %9s %6s %7s %13s %4s %4s %6s %4s %6s %7s %10s\n' "power cut (cluster, 3 Pods)" "${res[volumes]:-?}" 1 "${res[open-at-cut]:-?}" \
-    "${res[records]:-?}" "$recover" "$pods" "$final" "$gap" "${res[lost]:-?}" "${res[dup]:-?}" "${res[orphan]:-?}" "${res[open]:-?}" "${res[failed]:-?}" "${res[foreign]:-?}" "${res[mismatched]:-?}"
+  printf '\n%-28s %7s %6s %8s %8s %9s %6s %7s %13s %9s %4s %4s %6s %4s %6s %7s %10s\n' scenario volumes faults open@cut records "recover s" "pods s" "final s" \
+    "final-pods s" "orphans s" lost dup orphan open failed foreign mismatched
+  printf '%-28s %7s %6s %8s %8s %9s %6s %7s %13s %9s %4s %4s %6s %4s %6s %7s %10s\n' "power cut (cluster, 3 Pods)" "${res[volumes]:-?}" 1 "${res[open-at-cut]:-?}" \
+    "${res[records]:-?}" "$recover" "$pods" "$final" "$gap" "$orphans" "${res[lost]:-?}" "${res[dup]:-?}" "${res[orphan]:-?}" "${res[open]:-?}" "${res[failed]:-?}" "${res[foreign]:-?}" "${res[mismatched]:-?}"
   if [ "$gap" = '?' ] || [ "$gap" -gt "$PC_FINAL_GOAL" ]; then
     log "FAILED: every request final ${gap} s after the writers ran again (goal: <= $PC_FINAL_GOAL s); kubelet's log, the pods' states and the events: $share/powercut/diag"
     rc=1
