@@ -63,8 +63,9 @@ type GCConfig struct {
 	Max int
 }
 
-// firstPassAfter bounds the wait for the first pass: an agent's start is
-// when a crash's orphans are to be found, not an interval later.
+// firstPassAfter bounds the wait for the first pass, and for the next one
+// after a pass that failed: an agent's start is when a crash's orphans are
+// to be found, not an interval later, and lvmd may not answer yet then.
 var firstPassAfter = time.Minute
 
 // Orphan is an LV found orphaned.
@@ -146,12 +147,14 @@ func (g *OrphanGC) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			t.Reset(g.cfg.Interval)
 		}
+		next := g.cfg.Interval
 		if _, err := g.Pass(ctx); err != nil && ctx.Err() == nil {
 			// Nothing was removed; the marks stay for the next pass.
-			klog.ErrorS(err, "Orphan LV collector pass failed; nothing removed")
+			next = min(next, firstPassAfter)
+			klog.ErrorS(err, "Orphan LV collector pass failed; nothing removed", "next", next)
 		}
+		t.Reset(next)
 	}
 }
 

@@ -360,16 +360,20 @@ func TestOrphanGCRun(t *testing.T) {
 	assert.GreaterOrEqual(t, value(t, e.gc.passes.WithLabelValues("ok")), 2.0)
 }
 
-// The first pass comes soon after the start, not an interval later: a
-// crash's orphans are found when the agent is back.
+// The first pass comes soon after the start, not an interval later, and so
+// does the next after a failed pass: a crash's orphans are found when the
+// agent is back, though lvmd may not answer yet then.
 func TestOrphanGCFirstPassSoon(t *testing.T) {
 	defer func(d time.Duration) { firstPassAfter = d }(firstPassAfter)
 	firstPassAfter = 10 * time.Millisecond
 	e := newGCEnv(t, GCConfig{Interval: time.Hour}, false)
+	e.lvmd.Stop()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { e.gc.Run(ctx); close(done) }()
-	assert.Eventually(t, func() bool { return value(t, e.gc.passes.WithLabelValues("ok")) == 1 }, 5*time.Second, 5*time.Millisecond)
+	assert.Eventually(t, func() bool { return value(t, e.gc.passes.WithLabelValues("error")) >= 1 }, 5*time.Second, 5*time.Millisecond)
+	require.NoError(t, e.lvmd.Serve(e.socket))
+	assert.Eventually(t, func() bool { return value(t, e.gc.passes.WithLabelValues("ok")) == 1 }, 10*time.Second, 5*time.Millisecond)
 	cancel()
 	<-done
 }
