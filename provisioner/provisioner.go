@@ -20,7 +20,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 
@@ -59,6 +61,43 @@ type Config struct {
 	// off): no volume is asked of a lost node, and a wait for its agent's
 	// answer ends when it is lost.
 	LostNodes *LostNodes
+	// Nodes is a cache of the Nodes (NodeCache), read for the selected
+	// node's hostname label and capacity annotation instead of a round trip
+	// to the API server before each request (nil: always that round trip).
+	// A Node it does not hold, or holds without the label, is read from the
+	// API server.
+	Nodes corelisters.NodeLister
+}
+
+// selectedNode is the Node the scheduler picked, from the cache when it
+// holds it with its hostname label (a Node just registered may not be there
+// yet).
+func (p *Provisioner) selectedNode(ctx context.Context, name string) (*corev1.Node, error) {
+	if p.cfg.Nodes != nil {
+		if n, err := p.cfg.Nodes.Get(name); err == nil && n.Labels[HostnameLabel] != "" {
+			return n, nil
+		}
+	}
+	return p.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+}
+
+// NodeCache is the informer factory behind Config.Nodes: Nodes trimmed to
+// what Provision reads (name, labels and the capacity annotation), so that
+// the cache holds no status, images or conditions. Start it with the
+// leader's context.
+func NodeCache(client kubernetes.Interface, annotation string) (informers.SharedInformerFactory, corelisters.NodeLister) {
+	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(func(obj any) (any, error) {
+		n, ok := obj.(*corev1.Node)
+		if !ok {
+			return obj, nil // a tombstone
+		}
+		t := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion, Labels: n.Labels}}
+		if v, ok := n.Annotations[annotation]; ok {
+			t.Annotations = map[string]string{annotation: v}
+		}
+		return t, nil
+	}))
+	return f, f.Core().V1().Nodes().Lister()
 }
 
 // Provisioner implements controller.Provisioner and controller.BlockProvisioner.
@@ -125,7 +164,7 @@ func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOp
 		// The node-loss controller sends the claim back to the scheduler.
 		return nil, controller.ProvisioningNoChange, fmt.Errorf("selected node %s: %w (%s)", opts.SelectedNodeName, ErrNodeLost, reason)
 	}
-	node, err := p.client.CoreV1().Nodes().Get(ctx, opts.SelectedNodeName, metav1.GetOptions{})
+	node, err := p.selectedNode(ctx, opts.SelectedNodeName)
 	if err != nil {
 		return nil, controller.ProvisioningNoChange, fmt.Errorf("selected node %s: %w", opts.SelectedNodeName, err)
 	}

@@ -15,7 +15,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 
 	"github.com/lvm-agent/lvm-agent/kube"
@@ -249,4 +251,55 @@ func TestCheckName(t *testing.T) {
 			assert.Error(t, err, name)
 		}
 	}
+}
+
+// With a Node cache, Provision reads the selected node from it: no round
+// trip to the API server before the request. A Node the cache does not hold,
+// or holds without the hostname label, is read from the API server.
+func TestProvisionReadsTheNodeCache(t *testing.T) {
+	sc := class(storagev1.VolumeBindingWaitForFirstConsumer, corev1.PersistentVolumeReclaimDelete, map[string]string{"volumeGroup": "vg0"})
+	for _, tc := range []struct {
+		name   string
+		cached *corev1.Node
+		gets   int
+	}{
+		{"cached", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a", Labels: map[string]string{HostnameLabel: "host-a"}}}, 0},
+		{"not cached", nil, 1},
+		{"cached without the label", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t, corev1.PersistentVolumeFilesystem, created)
+			indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+			if tc.cached != nil {
+				require.NoError(t, indexer.Add(tc.cached))
+			}
+			p := New(w.client, Config{Timeout: 30 * time.Second, Nodes: corelisters.NewNodeLister(indexer)})
+			pv, _, err := p.Provision(context.Background(), controller.ProvisionOptions{StorageClass: sc, PVName: "pvc-uid-1", PVC: w.pvc, SelectedNodeName: "node-a"})
+			require.NoError(t, err)
+			assert.Equal(t, "host-a", pv.Spec.NodeAffinity.Required.NodeSelectorTerms[0].MatchExpressions[0].Values[0])
+			gets := 0
+			for _, a := range w.client.Actions() {
+				if a.GetVerb() == "get" && a.GetResource().Resource == "nodes" {
+					gets++
+				}
+			}
+			assert.Equal(t, tc.gets, gets, "GET nodes")
+		})
+	}
+}
+
+// NodeCache keeps of a Node only what Provision reads.
+func TestNodeCacheTrims(t *testing.T) {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a", Labels: map[string]string{HostnameLabel: "host-a"},
+		Annotations: map[string]string{"capacity": "x", "other": "y"}, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}},
+		Status: corev1.NodeStatus{Images: []corev1.ContainerImage{{Names: []string{"big"}}}}}
+	f, nodes := NodeCache(fake.NewClientset(n), "capacity")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f.Start(ctx.Done())
+	f.WaitForCacheSync(ctx.Done())
+	got, err := nodes.Get("node-a")
+	require.NoError(t, err)
+	assert.Equal(t, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a", Labels: map[string]string{HostnameLabel: "host-a"},
+		Annotations: map[string]string{"capacity": "x"}}}, got)
 }

@@ -140,11 +140,14 @@ func runProvisioner(o provisionerOptions) error {
 	if o.nodeLoss == "on" {
 		lost = provisioner.NewLostNodes()
 	}
-	p := provisioner.New(client, provisioner.Config{Name: o.name, Timeout: o.timeout, CapacityAnnotation: o.capacityAnnotation, LostNodes: lost})
+	nodeCache, nodes := provisioner.NodeCache(client, o.capacityAnnotation)
+	p := provisioner.New(client, provisioner.Config{Name: o.name, Timeout: o.timeout, CapacityAnnotation: o.capacityAnnotation, LostNodes: lost, Nodes: nodes})
 	pc := controller.NewProvisionController(ctx, client, o.name, p, controllerOptions(o)...)
 	run := func(ctx context.Context) {
 		klog.InfoS("Starting lvm-agent provisioner", "name", o.name, "publishCapacity", o.publishCapacity, "resize", o.resize,
 			"nodeLoss", o.nodeLoss, "nodeLossGrace", o.nodeLossGrace)
+		// Until it has synced, Provision reads its Node from the API server.
+		nodeCache.Start(ctx.Done())
 		if lost != nil {
 			// The library serves the default registry at --metrics-port.
 			go provisioner.RunNodeLoss(ctx, client, p, o.nodeLossGrace, provisioner.NewNodeLossMetrics(prometheus.DefaultRegisterer))
