@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -89,6 +90,29 @@ func CreateVolume(ctx context.Context, c kubernetes.Interface, namespace, pvcNam
 	if err != nil {
 		return nil, err
 	}
+	return createVolume(ctx, c, pvc, "", spec, onState)
+}
+
+// CreateVolumeFrom is CreateVolume for a claim the caller has read already
+// (a provisioner library's cache): a claim with a node chosen and no request
+// yet gets it without a read first, in a merge patch conditional on the
+// claim's resourceVersion. Anything else (the claim changed since, carries a
+// request or an answer already, or names no node) is CreateVolume, which
+// reads the claim.
+func CreateVolumeFrom(ctx context.Context, c kubernetes.Interface, pvc *corev1.PersistentVolumeClaim, spec CreateSpec, onState StateFunc) (*corev1.PersistentVolumeClaim, error) {
+	if pvc.Annotations[AnnLifecycle] == "" && pvc.Annotations[AnnSelectedNode] != "" && pvc.ResourceVersion != "" {
+		out, err := createVolume(ctx, c, pvc, pvc.ResourceVersion, spec, onState)
+		if !apierrors.IsConflict(err) {
+			return out, err
+		}
+	}
+	return CreateVolume(ctx, c, pvc.Namespace, pvc.Name, spec, onState)
+}
+
+// createVolume asks for spec on pvc as read; resourceVersion, when not
+// empty, is the request's precondition.
+func createVolume(ctx context.Context, c kubernetes.Interface, pvc *corev1.PersistentVolumeClaim, resourceVersion string, spec CreateSpec, onState StateFunc) (*corev1.PersistentVolumeClaim, error) {
+	namespace, pvcName := pvc.Namespace, pvc.Name
 	node := pvc.Annotations[AnnSelectedNode]
 	if node == "" {
 		return nil, fmt.Errorf("PVC %s/%s has no %s annotation: no node is chosen yet", namespace, pvcName, AnnSelectedNode)
@@ -109,7 +133,7 @@ func CreateVolume(ctx context.Context, c kubernetes.Interface, namespace, pvcNam
 		return pvc, nil
 	}
 	if !openCreate(pvc, node, string(raw)) {
-		pvc, err = UpdatePvcWithAnnotations(ctx, c, namespace, pvcName, "", request(StateCreating, string(raw)),
+		pvc, err = UpdatePvcWithAnnotations(ctx, c, namespace, pvcName, resourceVersion, request(StateCreating, string(raw)),
 			Set(map[string]string{LabelNode: NodeLabelValue(node)}))
 		if err != nil {
 			return nil, err

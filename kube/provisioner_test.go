@@ -2,12 +2,15 @@ package kube
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -191,4 +194,77 @@ func TestCreateVolumeOpenRequestNotAskedAgain(t *testing.T) {
 	_, err = c.CoreV1().PersistentVolumeClaims("ns").Update(ctx, got, metav1.UpdateOptions{})
 	require.NoError(t, err)
 	require.NoError(t, <-done)
+}
+
+// CreateVolumeFrom writes the request on a claim as the caller read it,
+// without reading it first, conditional on its resourceVersion; a claim
+// changed since is read again and asked as CreateVolume asks.
+func TestCreateVolumeFrom(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		changed bool
+		want    []string // the verbs on persistentvolumeclaims before the watch
+	}{
+		{"as read", false, []string{"patch"}},
+		{"changed since", true, []string{"patch", "get", "patch"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", ResourceVersion: "1",
+				Annotations: map[string]string{AnnSelectedNode: "node-a"}}}
+			c, watching := watchedClient(pvc)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			read := pvc.DeepCopy()
+			if tc.changed {
+				pvc.Labels = map[string]string{"app": "x"}
+				pvc.ResourceVersion = "2"
+				_, err := c.CoreV1().PersistentVolumeClaims("ns").Update(ctx, pvc, metav1.UpdateOptions{})
+				require.NoError(t, err)
+			}
+			c.ClearActions()
+			var rvs []string
+			c.PrependReactor("patch", "persistentvolumeclaims", func(a clienttesting.Action) (bool, runtime.Object, error) {
+				rv := ""
+				if p := a.(clienttesting.PatchAction).GetPatch(); len(p) > 0 {
+					var m struct {
+						Metadata struct {
+							ResourceVersion string `json:"resourceVersion"`
+						} `json:"metadata"`
+					}
+					require.NoError(t, json.Unmarshal(p, &m))
+					rv = m.Metadata.ResourceVersion
+				}
+				rvs = append(rvs, rv)
+				cur, err := c.Tracker().Get(a.GetResource(), "ns", "c")
+				if err == nil && rv != "" && cur.(*corev1.PersistentVolumeClaim).ResourceVersion != rv {
+					return true, nil, apierrors.NewConflict(a.GetResource().GroupResource(), "c", errors.New("changed"))
+				}
+				return false, nil, nil
+			})
+			done := make(chan error, 1)
+			go func() {
+				_, err := CreateVolumeFrom(ctx, c, read, CreateSpec{VolumeGroup: "vg0", Name: "pvc-1", Size: 4096}, nil)
+				done <- err
+			}()
+			<-watching
+			var verbs []string
+			for _, a := range c.Actions() {
+				if a.GetResource().Resource == "persistentvolumeclaims" && a.GetVerb() != "watch" {
+					verbs = append(verbs, a.GetVerb())
+				}
+			}
+			assert.Equal(t, tc.want, verbs)
+			assert.Equal(t, "1", rvs[0], "the first request is conditional on the claim as read")
+			got, err := c.CoreV1().PersistentVolumeClaims("ns").Get(ctx, "c", metav1.GetOptions{})
+			require.NoError(t, err)
+			assert.Equal(t, StateCreating, got.Annotations[AnnLifecycle])
+			if tc.changed {
+				assert.Equal(t, "x", got.Labels["app"], "the change since is kept")
+			}
+			got.Annotations[AnnLifecycle], got.Annotations[AnnDevice] = StateCreated, "/dev/vg0/pvc-1"
+			_, err = c.CoreV1().PersistentVolumeClaims("ns").Update(ctx, got, metav1.UpdateOptions{})
+			require.NoError(t, err)
+			require.NoError(t, <-done)
+		})
+	}
 }

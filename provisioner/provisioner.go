@@ -185,7 +185,7 @@ func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOp
 	defer cancel()
 	wctx, stop := p.cfg.LostNodes.Watch(wctx, nodeLabel)
 	defer stop()
-	answered, err := kube.CreateVolume(wctx, p.client, pvc.Namespace, pvc.Name, spec, nil)
+	answered, err := kube.CreateVolumeFrom(wctx, p.client, pvc, spec, nil)
 	var failed *kube.FailedError
 	switch {
 	case errors.Is(context.Cause(wctx), ErrNodeLost):
