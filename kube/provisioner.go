@@ -226,6 +226,29 @@ func askPV(ctx context.Context, c kubernetes.Interface, pvName string, req Chang
 		}
 		return pv, nil
 	}
+	return askPVAsRead(ctx, c, pv, "", req, pending, onState)
+}
+
+// DeleteVolumeFrom is DeleteVolumeWithAnnotations for a PV the caller has
+// read already (a provisioner library's cache): a PV without a delete
+// request or answer gets the request without a read first, in a merge patch
+// conditional on the PV's resourceVersion. Anything else (the PV changed
+// since, or it carries a delete request or answer) is
+// DeleteVolumeWithAnnotations, which reads the PV.
+func DeleteVolumeFrom(ctx context.Context, c kubernetes.Interface, pv *corev1.PersistentVolume, vg, lv string, onState StateFunc) error {
+	if s := pv.Annotations[AnnLifecycle]; s != StateDeleting && s != StateDeleted && pv.ResourceVersion != "" {
+		_, err := askPVAsRead(ctx, c, pv, pv.ResourceVersion, request(StateDeleting, vg+"/"+lv), StateDeleting, onState)
+		if !apierrors.IsConflict(err) {
+			return err
+		}
+	}
+	return DeleteVolumeWithAnnotations(ctx, c, pv.Name, vg, lv, onState)
+}
+
+// askPVAsRead writes a request on pv as read (resourceVersion, when not
+// empty, the precondition) and waits for the agent's answer.
+func askPVAsRead(ctx context.Context, c kubernetes.Interface, pv *corev1.PersistentVolume, resourceVersion string, req Change, pending string, onState StateFunc) (*corev1.PersistentVolume, error) {
+	pvName := pv.Name
 	// A PV labelled at creation keeps its label: a local PV's affinity names
 	// the Node's hostname label, which may differ from the node name the
 	// label holds. Only an unlabelled PV is labelled from its affinity.
@@ -235,7 +258,7 @@ func askPV(ctx context.Context, c kubernetes.Interface, pvName string, req Chang
 			labels = Set(map[string]string{LabelNode: NodeLabelValue(node)})
 		}
 	}
-	pv, err = UpdatePvWithAnnotations(ctx, c, pvName, "", req, labels)
+	pv, err := UpdatePvWithAnnotations(ctx, c, pvName, resourceVersion, req, labels)
 	if err != nil {
 		return nil, err
 	}

@@ -268,3 +268,61 @@ func TestCreateVolumeFrom(t *testing.T) {
 		})
 	}
 }
+
+// DeleteVolumeFrom likewise: the request on the PV as read, conditional on
+// its resourceVersion; a PV changed since is read again.
+func TestDeleteVolumeFrom(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		changed bool
+		want    []string
+	}{
+		{"as read", false, []string{"patch"}},
+		{"changed since", true, []string{"patch", "get", "patch"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv", ResourceVersion: "1",
+				Annotations: map[string]string{AnnSpec: "vg0/lv"}, Labels: map[string]string{LabelNode: "node-a"}}}
+			c, watching := watchedClient(pv)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			read := pv.DeepCopy()
+			if tc.changed {
+				pv.Labels["app"], pv.ResourceVersion = "x", "2"
+				_, err := c.CoreV1().PersistentVolumes().Update(ctx, pv, metav1.UpdateOptions{})
+				require.NoError(t, err)
+			}
+			c.ClearActions()
+			c.PrependReactor("patch", "persistentvolumes", func(a clienttesting.Action) (bool, runtime.Object, error) {
+				var m struct {
+					Metadata struct {
+						ResourceVersion string `json:"resourceVersion"`
+					} `json:"metadata"`
+				}
+				require.NoError(t, json.Unmarshal(a.(clienttesting.PatchAction).GetPatch(), &m))
+				cur, err := c.Tracker().Get(a.GetResource(), "", "pv")
+				if err == nil && m.Metadata.ResourceVersion != "" && cur.(*corev1.PersistentVolume).ResourceVersion != m.Metadata.ResourceVersion {
+					return true, nil, apierrors.NewConflict(a.GetResource().GroupResource(), "pv", errors.New("changed"))
+				}
+				return false, nil, nil
+			})
+			done := make(chan error, 1)
+			go func() { done <- DeleteVolumeFrom(ctx, c, read, "vg0", "lv", nil) }()
+			<-watching
+			var verbs []string
+			for _, a := range c.Actions() {
+				if a.GetResource().Resource == "persistentvolumes" && a.GetVerb() != "watch" {
+					verbs = append(verbs, a.GetVerb())
+				}
+			}
+			assert.Equal(t, tc.want, verbs)
+			got, err := c.CoreV1().PersistentVolumes().Get(ctx, "pv", metav1.GetOptions{})
+			require.NoError(t, err)
+			assert.Equal(t, StateDeleting, got.Annotations[AnnLifecycle])
+			got.Annotations[AnnLifecycle] = StateDeleted
+			_, err = c.CoreV1().PersistentVolumes().Update(ctx, got, metav1.UpdateOptions{})
+			require.NoError(t, err)
+			require.NoError(t, <-done)
+		})
+	}
+}

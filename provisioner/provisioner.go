@@ -269,5 +269,5 @@ func (p *Provisioner) Delete(ctx context.Context, pv *corev1.PersistentVolume) e
 	defer stop()
 	// Ended by the node's loss: the controller's mark on the PV brings the
 	// library back here at once.
-	return lostError(wctx, node, kube.DeleteVolumeWithAnnotations(wctx, p.client, pv.Name, vg, lv, nil))
+	return lostError(wctx, node, kube.DeleteVolumeFrom(wctx, p.client, pv, vg, lv, nil))
 }
