@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -196,126 +197,99 @@ func TestCreateVolumeOpenRequestNotAskedAgain(t *testing.T) {
 	require.NoError(t, <-done)
 }
 
-// CreateVolumeFrom writes the request on a claim as the caller read it,
-// without reading it first, conditional on its resourceVersion; a claim
-// changed since is read again and asked as CreateVolume asks.
-func TestCreateVolumeFrom(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		changed bool
-		want    []string // the verbs on persistentvolumeclaims before the watch
-	}{
-		{"as read", false, []string{"patch"}},
-		{"changed since", true, []string{"patch", "get", "patch"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
+// preconditioned makes c's merge patches of resource honour a
+// metadata.resourceVersion in the patch (409 when the object has another),
+// as the API server does, and records the versions the patches named.
+func preconditioned(t *testing.T, c *fake.Clientset, resource, ns, name string) *[]string {
+	var rvs []string
+	c.PrependReactor("patch", resource, func(a clienttesting.Action) (bool, runtime.Object, error) {
+		var m struct {
+			Metadata struct {
+				ResourceVersion string `json:"resourceVersion"`
+			} `json:"metadata"`
+		}
+		require.NoError(t, json.Unmarshal(a.(clienttesting.PatchAction).GetPatch(), &m))
+		rvs = append(rvs, m.Metadata.ResourceVersion)
+		cur, err := c.Tracker().Get(a.GetResource(), ns, name)
+		if err == nil && m.Metadata.ResourceVersion != "" && cur.(metav1.Object).GetResourceVersion() != m.Metadata.ResourceVersion {
+			return true, nil, apierrors.NewConflict(a.GetResource().GroupResource(), name, errors.New("changed"))
+		}
+		return false, nil, nil
+	})
+	return &rvs
+}
+
+// verbs are the requests c had for resource, watches left out.
+func verbs(c *fake.Clientset, resource string) []string {
+	var out []string
+	for _, a := range c.Actions() {
+		if a.GetResource().Resource == resource && a.GetVerb() != "watch" {
+			out = append(out, a.GetVerb())
+		}
+	}
+	return out
+}
+
+// CreateVolumeFrom and DeleteVolumeFrom write the request on the object as
+// the caller read it, without reading it first, conditional on its
+// resourceVersion; an object changed since is read again and asked as
+// CreateVolume and DeleteVolumeWithAnnotations ask, and keeps the change.
+func TestVolumeFrom(t *testing.T) {
+	for _, changed := range []bool{false, true} {
+		want := []string{"patch"}
+		if changed {
+			want = []string{"patch", "get", "patch"}
+		}
+		t.Run(fmt.Sprintf("create, changed since: %v", changed), func(t *testing.T) {
 			pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", ResourceVersion: "1",
-				Annotations: map[string]string{AnnSelectedNode: "node-a"}}}
+				Annotations: map[string]string{AnnSelectedNode: "node-a"}, Labels: map[string]string{}}}
 			c, watching := watchedClient(pvc)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			read := pvc.DeepCopy()
-			if tc.changed {
-				pvc.Labels = map[string]string{"app": "x"}
-				pvc.ResourceVersion = "2"
+			if changed {
+				pvc.Labels["app"], pvc.ResourceVersion = "x", "2"
 				_, err := c.CoreV1().PersistentVolumeClaims("ns").Update(ctx, pvc, metav1.UpdateOptions{})
 				require.NoError(t, err)
 			}
 			c.ClearActions()
-			var rvs []string
-			c.PrependReactor("patch", "persistentvolumeclaims", func(a clienttesting.Action) (bool, runtime.Object, error) {
-				rv := ""
-				if p := a.(clienttesting.PatchAction).GetPatch(); len(p) > 0 {
-					var m struct {
-						Metadata struct {
-							ResourceVersion string `json:"resourceVersion"`
-						} `json:"metadata"`
-					}
-					require.NoError(t, json.Unmarshal(p, &m))
-					rv = m.Metadata.ResourceVersion
-				}
-				rvs = append(rvs, rv)
-				cur, err := c.Tracker().Get(a.GetResource(), "ns", "c")
-				if err == nil && rv != "" && cur.(*corev1.PersistentVolumeClaim).ResourceVersion != rv {
-					return true, nil, apierrors.NewConflict(a.GetResource().GroupResource(), "c", errors.New("changed"))
-				}
-				return false, nil, nil
-			})
+			rvs := preconditioned(t, c, "persistentvolumeclaims", "ns", "c")
 			done := make(chan error, 1)
 			go func() {
 				_, err := CreateVolumeFrom(ctx, c, read, CreateSpec{VolumeGroup: "vg0", Name: "pvc-1", Size: 4096}, nil)
 				done <- err
 			}()
 			<-watching
-			var verbs []string
-			for _, a := range c.Actions() {
-				if a.GetResource().Resource == "persistentvolumeclaims" && a.GetVerb() != "watch" {
-					verbs = append(verbs, a.GetVerb())
-				}
-			}
-			assert.Equal(t, tc.want, verbs)
-			assert.Equal(t, "1", rvs[0], "the first request is conditional on the claim as read")
+			assert.Equal(t, want, verbs(c, "persistentvolumeclaims"))
+			assert.Equal(t, "1", (*rvs)[0], "the first request is conditional on the claim as read")
 			got, err := c.CoreV1().PersistentVolumeClaims("ns").Get(ctx, "c", metav1.GetOptions{})
 			require.NoError(t, err)
 			assert.Equal(t, StateCreating, got.Annotations[AnnLifecycle])
-			if tc.changed {
-				assert.Equal(t, "x", got.Labels["app"], "the change since is kept")
-			}
+			assert.Equal(t, map[bool]string{true: "x"}[changed], got.Labels["app"], "the change since is kept")
 			got.Annotations[AnnLifecycle], got.Annotations[AnnDevice] = StateCreated, "/dev/vg0/pvc-1"
 			_, err = c.CoreV1().PersistentVolumeClaims("ns").Update(ctx, got, metav1.UpdateOptions{})
 			require.NoError(t, err)
 			require.NoError(t, <-done)
 		})
-	}
-}
-
-// DeleteVolumeFrom likewise: the request on the PV as read, conditional on
-// its resourceVersion; a PV changed since is read again.
-func TestDeleteVolumeFrom(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		changed bool
-		want    []string
-	}{
-		{"as read", false, []string{"patch"}},
-		{"changed since", true, []string{"patch", "get", "patch"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
+		t.Run(fmt.Sprintf("delete, changed since: %v", changed), func(t *testing.T) {
 			pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv", ResourceVersion: "1",
 				Annotations: map[string]string{AnnSpec: "vg0/lv"}, Labels: map[string]string{LabelNode: "node-a"}}}
 			c, watching := watchedClient(pv)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			read := pv.DeepCopy()
-			if tc.changed {
+			if changed {
 				pv.Labels["app"], pv.ResourceVersion = "x", "2"
 				_, err := c.CoreV1().PersistentVolumes().Update(ctx, pv, metav1.UpdateOptions{})
 				require.NoError(t, err)
 			}
 			c.ClearActions()
-			c.PrependReactor("patch", "persistentvolumes", func(a clienttesting.Action) (bool, runtime.Object, error) {
-				var m struct {
-					Metadata struct {
-						ResourceVersion string `json:"resourceVersion"`
-					} `json:"metadata"`
-				}
-				require.NoError(t, json.Unmarshal(a.(clienttesting.PatchAction).GetPatch(), &m))
-				cur, err := c.Tracker().Get(a.GetResource(), "", "pv")
-				if err == nil && m.Metadata.ResourceVersion != "" && cur.(*corev1.PersistentVolume).ResourceVersion != m.Metadata.ResourceVersion {
-					return true, nil, apierrors.NewConflict(a.GetResource().GroupResource(), "pv", errors.New("changed"))
-				}
-				return false, nil, nil
-			})
+			rvs := preconditioned(t, c, "persistentvolumes", "", "pv")
 			done := make(chan error, 1)
 			go func() { done <- DeleteVolumeFrom(ctx, c, read, "vg0", "lv", nil) }()
 			<-watching
-			var verbs []string
-			for _, a := range c.Actions() {
-				if a.GetResource().Resource == "persistentvolumes" && a.GetVerb() != "watch" {
-					verbs = append(verbs, a.GetVerb())
-				}
-			}
-			assert.Equal(t, tc.want, verbs)
+			assert.Equal(t, want, verbs(c, "persistentvolumes"))
+			assert.Equal(t, "1", (*rvs)[0], "the first request is conditional on the PV as read")
 			got, err := c.CoreV1().PersistentVolumes().Get(ctx, "pv", metav1.GetOptions{})
 			require.NoError(t, err)
 			assert.Equal(t, StateDeleting, got.Annotations[AnnLifecycle])
