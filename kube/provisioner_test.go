@@ -230,6 +230,24 @@ func verbs(c *fake.Clientset, resource string) []string {
 	return out
 }
 
+// fromWorld serves obj (as the caller read it) from a fake clientset whose
+// patches of resource honour their resourceVersion; when changed, obj is
+// changed there first (a label, a new resourceVersion).
+func fromWorld(t *testing.T, obj runtime.Object, changed bool, resource string) (*fake.Clientset, chan struct{}, context.Context, *[]string) {
+	m := obj.(metav1.Object)
+	c, watching := watchedClient(obj)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	if changed {
+		m.GetLabels()["app"] = "x"
+		m.SetResourceVersion("2")
+		gvr := corev1.SchemeGroupVersion.WithResource(resource)
+		require.NoError(t, c.Tracker().Update(gvr, obj, m.GetNamespace()))
+	}
+	c.ClearActions()
+	return c, watching, ctx, preconditioned(t, c, resource, m.GetNamespace(), m.GetName())
+}
+
 // CreateVolumeFrom and DeleteVolumeFrom write the request on the object as
 // the caller read it, without reading it first, conditional on its
 // resourceVersion; an object changed since is read again and asked as
@@ -243,17 +261,8 @@ func TestVolumeFrom(t *testing.T) {
 		t.Run(fmt.Sprintf("create, changed since: %v", changed), func(t *testing.T) {
 			pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", ResourceVersion: "1",
 				Annotations: map[string]string{AnnSelectedNode: "node-a"}, Labels: map[string]string{}}}
-			c, watching := watchedClient(pvc)
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
 			read := pvc.DeepCopy()
-			if changed {
-				pvc.Labels["app"], pvc.ResourceVersion = "x", "2"
-				_, err := c.CoreV1().PersistentVolumeClaims("ns").Update(ctx, pvc, metav1.UpdateOptions{})
-				require.NoError(t, err)
-			}
-			c.ClearActions()
-			rvs := preconditioned(t, c, "persistentvolumeclaims", "ns", "c")
+			c, watching, ctx, rvs := fromWorld(t, pvc, changed, "persistentvolumeclaims")
 			done := make(chan error, 1)
 			go func() {
 				_, err := CreateVolumeFrom(ctx, c, read, CreateSpec{VolumeGroup: "vg0", Name: "pvc-1", Size: 4096}, nil)
@@ -274,17 +283,8 @@ func TestVolumeFrom(t *testing.T) {
 		t.Run(fmt.Sprintf("delete, changed since: %v", changed), func(t *testing.T) {
 			pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv", ResourceVersion: "1",
 				Annotations: map[string]string{AnnSpec: "vg0/lv"}, Labels: map[string]string{LabelNode: "node-a"}}}
-			c, watching := watchedClient(pv)
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
 			read := pv.DeepCopy()
-			if changed {
-				pv.Labels["app"], pv.ResourceVersion = "x", "2"
-				_, err := c.CoreV1().PersistentVolumes().Update(ctx, pv, metav1.UpdateOptions{})
-				require.NoError(t, err)
-			}
-			c.ClearActions()
-			rvs := preconditioned(t, c, "persistentvolumes", "", "pv")
+			c, watching, ctx, rvs := fromWorld(t, pv, changed, "persistentvolumes")
 			done := make(chan error, 1)
 			go func() { done <- DeleteVolumeFrom(ctx, c, read, "vg0", "lv", nil) }()
 			<-watching
