@@ -43,16 +43,18 @@ type Capacity struct {
 	queue      workqueue.TypedRateLimitingInterface[string]
 }
 
-// NewCapacity wires the informers; Run starts them.
-func NewCapacity(client kubernetes.Interface, provisioner, namespace, annotation string) *Capacity {
+// NewCapacity wires the informers; Run starts them. Its Nodes are those of
+// nodes, the leader's NodeCache (a Node's labels and capacity annotation are
+// all it reads).
+func NewCapacity(client kubernetes.Interface, nodes informers.SharedInformerFactory, provisioner, namespace, annotation string) *Capacity {
 	all := informers.NewSharedInformerFactory(client, 0)
 	own := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.LabelSelector = labels.Set{LabelProvisioner: provisioner}.String()
 		}))
 	c := &Capacity{client: client, name: provisioner, namespace: namespace, annotation: annotation,
-		factories: []informers.SharedInformerFactory{all, own},
-		nodes:     all.Core().V1().Nodes().Informer(), classes: all.Storage().V1().StorageClasses().Informer(),
+		factories: []informers.SharedInformerFactory{all, own, nodes},
+		nodes:     nodes.Core().V1().Nodes().Informer(), classes: all.Storage().V1().StorageClasses().Informer(),
 		objects: own.Storage().V1().CSIStorageCapacities().Informer(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "capacity"})}

@@ -81,10 +81,10 @@ func (p *Provisioner) selectedNode(ctx context.Context, name string) (*corev1.No
 	return p.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 }
 
-// NodeCache is the informer factory behind Config.Nodes: Nodes trimmed to
-// what Provision reads (name, labels and the capacity annotation), so that
-// the cache holds no status, images or conditions. Start it with the
-// leader's context.
+// NodeCache is the informer factory behind Config.Nodes and the capacity
+// writer's Nodes: Nodes trimmed to what both read (name, labels and the
+// capacity annotation), so that the cache holds no status, images or
+// conditions. Start it with the leader's context.
 func NodeCache(client kubernetes.Interface, annotation string) (informers.SharedInformerFactory, corelisters.NodeLister) {
 	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(func(obj any) (any, error) {
 		n, ok := obj.(*corev1.Node)

@@ -153,7 +153,7 @@ func runProvisioner(o provisionerOptions) error {
 			go provisioner.RunNodeLoss(ctx, client, p, o.nodeLossGrace, provisioner.NewNodeLossMetrics(prometheus.DefaultRegisterer))
 		}
 		if o.publishCapacity {
-			go provisioner.NewCapacity(client, o.name, o.namespace, o.capacityAnnotation).Run(ctx)
+			go provisioner.NewCapacity(client, nodeCache, o.name, o.namespace, o.capacityAnnotation).Run(ctx)
 		}
 		// Clones are placed on their source's node before any Pod is.
 		go provisioner.RunPlacer(ctx, client, p)
