@@ -12,6 +12,7 @@ package lvmmeta_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"slices"
 	"strconv"
@@ -145,7 +146,11 @@ func TestGuestWrappedMetadata(t *testing.T) {
 	devs := newVG(t, vgName, 1, 64<<20, "--dataalignment", "64k", "--metadatasize", "32k")
 	lvm(t, "lvcreate", "-y", "-an", "-Zn", "-L", "4m", "-n", "tagged", vgName)
 	rd := lvmmeta.NewReader(lvmmeta.Limits{})
-	commits := 80 // 142 texts, 5 of them split (200 commits, read after every second text, saw 5 too)
+	// Each commit adds ten tags of 100 bytes: the text grows by about 1 KiB
+	// a commit, to 26 KiB after 24 (under half the ring: lvm writes the new
+	// text beside the old), and the 24 texts go round the ring about five
+	// times. One lvm command a commit: each takes about a second here.
+	commits := 24
 	if s := os.Getenv("LVMMETA_WRAP_COMMITS"); s != "" {
 		commits, _ = strconv.Atoi(s)
 	}
@@ -159,20 +164,19 @@ func TestGuestWrappedMetadata(t *testing.T) {
 			wraps++
 		}
 		wasWrapped = st.PVs[0].Wrapped
-		if i%25 == 0 || st.PVs[0].Wrapped {
+		if i%8 == 0 || st.PVs[0].Wrapped {
 			vg, err := st.VG(vgName)
 			require.NoError(t, err)
 			compare(t, dm, vg, report(t, vgName))
 		}
 	}
 	for i := 0; i < commits; i++ {
-		// A long tag grows the text, so that the ring wraps sooner.
-		lvm(t, "lvchange", "--addtag", "commit-"+strconv.Itoa(i)+"-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", vgName+"/tagged")
-		read(i)
-		if i >= 20 {
-			lvm(t, "lvchange", "--deltag", "commit-"+strconv.Itoa(i-20)+"-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", vgName+"/tagged")
-			read(i)
+		args := []string{"lvchange"}
+		for j := range 10 {
+			args = append(args, "--addtag", fmt.Sprintf("commit-%02d-%d-%s", i, j, strings.Repeat("a", 86)))
 		}
+		lvm(t, append(args, vgName+"/tagged")...)
+		read(i)
 	}
 	st, err := rd.Scan(context.Background(), devs)
 	require.NoError(t, err)
@@ -330,9 +334,11 @@ func TestGuestTorture(t *testing.T) {
 	}
 	// Creates and removes through topolvm's lvmd, as the agent makes them;
 	// lvmd has no call that changes tags, so lvchange adds those.
+	// Six rounds, 14 commits: each lvm command takes a second or more
+	// here while the two readers run.
 	lvmd, _ := startLVMD(t, vgName)
 	ctx := context.Background()
-	for i := 0; i < 12; i++ {
+	for i := 0; i < 6; i++ {
 		name := lvName(i)
 		_, err := lvmd.CreateVolume(ctx, lvmbackend.CreateRequest{DeviceClass: "bench", Name: name, SizeBytes: 4 << 20, Tags: []string{"torture"}})
 		require.NoError(t, err)
