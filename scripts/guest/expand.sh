@@ -10,7 +10,7 @@ lv_bytes() { lvm lvs --noheadings --units b --nosuffix -o lv_size "vg1/$1" | tr 
 # CLASS while its claim's request goes from FROM to TO (Mi); df in the same
 # running Pod sees the new size, and a file written before reads the same.
 grow_fs() {
-  local class=$1 fs=$2 from=$3 to=$4 uid seed lines pv grown nudge
+  local class=$1 fs=$2 from=$3 to=$4 uid seed pv grown nudge got
   step "A volume grows under its running Pod: $fs, $from MiB -> $to MiB" \
     "The Pod keeps appending to a log while its PVC's request is raised. kube-controller-manager hands the claim" \
     "to lvm-agent's provisioner, whose resizer has the node's agent extend the LV (lvmd's ResizeLV); kubelet then" \
@@ -21,8 +21,11 @@ grow_fs() {
   show kubectl wait --for=condition=Ready pod/grower --timeout=600s
   within 60 "/data/seed.md5 in pod/grower" kubectl exec grower -- test -s /data/seed.md5
   uid=$(kubectl get pod grower -o jsonpath='{.metadata.uid}')
-  seed=$(kubectl exec grower -- md5sum /data/seed)
-  show kubectl exec grower -- df -h /data
+  # One kubectl run for what the Pod reads (each costs about a second here).
+  echo "\$ kubectl exec grower -- sh -c 'md5sum /data/seed; df -h /data'"
+  seed=$(kubectl exec grower -- sh -c 'md5sum /data/seed; df -h /data')
+  echo "$seed"
+  seed=$(head -n1 <<<"$seed")
   grown=$SECONDS
   show kubectl patch pvc grow -p "{\"spec\":{\"resources\":{\"requests\":{\"storage\":\"${to}Mi\"}}}}"
   pv=$(kubectl get pvc grow -o jsonpath='{.spec.volumeName}')
@@ -30,26 +33,25 @@ grow_fs() {
   # claim's capacity: at once, because the provisioner annotates the Pod
   # (its periodic sync is a minute away). One watch, not a kubectl a second.
   show kubectl wait --for=jsonpath='{.status.capacity.storage}'="${to}Mi" pvc/grow --timeout=300s
-  nudge=$(kubectl get pod grower -o jsonpath="{.metadata.annotations['pv\.csi\.alibabacloud\.com/volume\.resize-nudge']}")
-  echo "    The claim's capacity ${to}Mi $((SECONDS - grown)) s after the request; the Pod's nudge: $nudge"
-  [ "$nudge" = "grow=${to}Mi" ]
+  # The same Pod (its UID, no restart) carries the nudge.
+  nudge=$(kubectl get pod grower -o jsonpath="{.metadata.uid} {.status.containerStatuses[0].restartCount} {.metadata.annotations['pv\.csi\.alibabacloud\.com/volume\.resize-nudge']}")
+  echo "    The claim's capacity ${to}Mi $((SECONDS - grown)) s after the request; the Pod's nudge: ${nudge#* * }"
+  [ "$nudge" = "$uid 0 grow=${to}Mi" ]
   show kubectl get pvc grow
   show kubectl get events --field-selector involvedObject.name=grow --sort-by=.lastTimestamp
   show lvm lvs -o lv_name,lv_size vg1
   [ "$(lv_bytes "$pv")" = $((to << 20)) ]
-  show kubectl exec grower -- df -h /data
-  # The filesystem's own overhead stays well under a fifth of the device. (-P:
-  # one line per filesystem; busybox wraps a long device-mapper name.)
-  [ "$(kubectl exec grower -- df -kP /data | awk 'NR == 2 { print $2 }')" -gt $((to * 1024 * 4 / 5)) ]
-  echo "    The same Pod (no restart), the file written before the grow unchanged, the log still growing:"
-  [ "$(kubectl get pod grower -o jsonpath='{.metadata.uid} {.status.containerStatuses[0].restartCount}')" = "$uid 0" ]
-  show kubectl exec grower -- md5sum /data/seed
-  [ "$(kubectl exec grower -- md5sum /data/seed)" = "$seed" ]
-  lines=$(kubectl exec grower -- wc -l /data/log | awk '{ print $1 }')
-  sleep 1
-  [ "$(kubectl exec grower -- wc -l /data/log | awk '{ print $1 }')" -gt "$lines" ]
-  show kubectl delete pod grower --wait
-  show kubectl delete pvc grow --wait
+  echo "    The same Pod (no restart): the new size, the file written before the grow unchanged, the log still growing:"
+  # df -P: one line per filesystem (busybox wraps a long device-mapper name).
+  got='df -h /data; df -kP /data; md5sum /data/seed; wc -l </data/log; sleep 1; wc -l </data/log'
+  echo "\$ kubectl exec grower -- sh -c '$got'"
+  got=$(kubectl exec grower -- sh -c "$got")
+  echo "$got"
+  # The filesystem's own overhead stays well under a fifth of the device.
+  [ "$(grep -A1 '^Filesystem.*1024-blocks' <<<"$got" | awk 'NR == 2 { print $2 }')" -gt $((to * 1024 * 4 / 5)) ]
+  grep -qxF "$seed" <<<"$got"
+  [ "$(tail -n1 <<<"$got")" -gt "$(tail -n2 <<<"$got" | head -n1)" ]
+  show kubectl delete pod/grower pvc/grow --wait
   show kubectl wait --for=delete "pv/$pv" --timeout=600s
 }
 grow_fs lvm-thick ext4 64 256

@@ -303,6 +303,21 @@ cpu_table() {
   { cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk '{ c = $2; sub(/^.*\) /, ""); t[c] += ($12 + $13 + $14 + $15) / 100 }
     END { for (c in t) printf "%10.1f %s\n", t[c], c }' | sort -rn | awk 'NR <= 15'
 }
+# burst_times: where the ten claims' time went, from the API server's
+# timestamps (whole seconds): when each claim's PV was made and when its Pod
+# became Ready, after the claims were created ($epoch0); the kills took
+# $killed s. Provisioning or the Pods' start: what to look at first.
+burst_times() {
+  local made ready
+  at() { date -u -d "$(sed 's/T/ /; s/Z$//' <<<"$1")" +%s; }
+  # since TIMESTAMP...: each minus epoch0, sorted; then "min median max".
+  since() { for ts in "$@"; do echo $(($(at "$ts") - epoch0)); done | sort -n | awk '{ v[NR] = $1 } END { printf "%d %d %d", v[1], v[int((NR + 1) / 2)], v[NR] }'; }
+  # shellcheck disable=SC2046 # one word per timestamp
+  made=$(since $(kubectl get pv -o jsonpath='{range .items[*]}{.spec.claimRef.name} {.metadata.creationTimestamp}{"\n"}{end}' | awk '$1 ~ /^many-/ { print $2 }'))
+  # shellcheck disable=SC2046
+  ready=$(since $(kubectl get pod -l app=many -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].lastTransitionTime}{"\n"}{end}'))
+  echo "node: the burst, in s after the claims were created (min median max): PVs made $made; Pods Ready $ready; the kills done at $killed"
+}
 within() { # within SECONDS WHAT COMMAND...: COMMAND succeeds before the deadline
   local end=$((SECONDS + $1)) what=$2
   shift 2
@@ -616,6 +631,7 @@ done >"$CLUSTER_DIR/many.yaml"
 echo "\$ kubectl apply -f many.yaml   # ten PVCs many-1..10 of 64Mi, ten Pods using them"
 kubectl apply -f "$CLUSTER_DIR/many.yaml"
 t=$SECONDS
+epoch0=$(date +%s)
 # In turn: each back before the next, as its service manager keeps it (a
 # kubelet started while containerd is down exits; systemd would start it
 # again, cluster.sh restart does not). kube-apiserver is killed, not
@@ -630,6 +646,7 @@ within 120 "kubelet healthy" kubelet_healthy
 show fault containerd
 within 120 "containerd serving" containerd_serving
 show cluster.sh restart kube-apiserver KILL
+killed=$((SECONDS - t))
 # The API server may still be starting: a failed wait is tried again.
 within 900 "ten Pods Ready" kubectl wait --for=condition=Ready pod -l app=many --timeout=60s
 n=$((SECONDS - t))
@@ -648,6 +665,7 @@ claims_app=many audit 10
 rows="lvmd,agent-pod,kubelet,containerd,kube-apiserver 10 0 $n $audit_row"$'\n'
 echo "audit: $audit_row (lost duplicated orphaned open failed foreign)"
 [ "$audit_row" = "0 0 0 0 0 0" ]
+burst_times
 # Each Pod's file, read on the node where kubelet mounted its claim's LV for
 # it (one kubectl run for all ten, not a kubectl exec each).
 kubectl get pod -l app=many -o jsonpath='{range .items[*]}{.metadata.name} {.metadata.uid} {.spec.volumes[0].persistentVolumeClaim.claimName}{"\n"}{end}' >"$CLUSTER_DIR/many.pods"
