@@ -414,6 +414,19 @@ func (a *Agent) answer(r req, out outcome, start time.Time, st *steps) syncResul
 	sent := time.Now()
 	err := a.patch(ctx, k, m.GetResourceVersion(), change)
 	wrote := time.Since(sent)
+	if err != nil && out.undo != nil {
+		// The answer for an LV just made did not land: the claim may have
+		// gone, or begun to be deleted, since it was read before the
+		// lvcreate. If so the LV is judged now, as made says.
+		if u, gone := out.undo(ctx); gone {
+			if u.changed {
+				a.reread(ctx, k, obj)
+			} else {
+				klog.ErrorS(u.err, "Claim changed while its LV was made and could not be judged; will retry", "request", k)
+			}
+			return syncRetry
+		}
+	}
 	switch {
 	case apierrors.IsNotFound(err):
 		return syncDone

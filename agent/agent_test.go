@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/kube/kubefake"
 	"github.com/lvm-agent/lvm-agent/lvmbackend"
 	"github.com/lvm-agent/lvm-agent/lvmbackend/lvmdfake"
 )
@@ -83,6 +84,9 @@ func start(t testing.TB, cfg Config) *env {
 func startOn(t testing.TB, cfg Config, f fakeLVMD, backend lvmbackend.Backend) *env {
 	t.Helper()
 	e := &env{client: fake.NewClientset(), fakeLVMD: f}
+	// Every answer is conditional on the request's resourceVersion: kept
+	// and checked as the API server does (the fake clientset does neither).
+	kubefake.Versioned(e.client, "persistentvolumeclaims", "persistentvolumes")
 	cfg.Node = kube.Node{Name: node, Drivers: []string{kube.DefaultDriver}, Provisioners: []string{kube.DefaultProvisioner}}
 	if cfg.BackoffBase == 0 {
 		cfg.BackoffBase, cfg.BackoffMax = 10*time.Millisecond, 100*time.Millisecond

@@ -108,10 +108,12 @@ func TestVolumeOfTerminatingClaimRemoved(t *testing.T) {
 
 // The claim answered, then deleted, while this agent's lvcreate made its LV:
 // the node's other agent listed the LV between that lvcreate and this
-// agent's read after it, answered created with it, and the user deleted the
+// agent's answer, answered created with it, and the user deleted the
 // claim, which a Pod may still hold (pvc-protection keeps it, terminating).
-// The LV is then the claim's volume, not one no answer named: it stays, and
-// nothing more is written on the claim.
+// This agent's answer, conditional on the claim as it read it before the
+// lvcreate, does not land; the claim read again, the LV is the claim's
+// volume, not one no answer named: it stays, and nothing more is written
+// on the claim.
 func TestAnsweredVolumeOfTerminatingClaimKept(t *testing.T) {
 	e := start(t, Config{})
 	var ops lvmOps
@@ -126,12 +128,11 @@ func TestAnsweredVolumeOfTerminatingClaimKept(t *testing.T) {
 		}
 		return nil
 	})
-	// The first read of the claim after the lvcreate is the one that judges
-	// the LV just made: the other agent's answer and the deletion land
-	// before the API server serves it (the tracker, not the clientset,
-	// whose reactor chain holds its lock).
+	// The other agent's answer and the deletion land just before this
+	// agent's answer reaches the API server (the tracker, not the
+	// clientset, whose reactor chain holds its lock).
 	gvr := corev1.SchemeGroupVersion.WithResource("persistentvolumeclaims")
-	e.client.PrependReactor("get", "persistentvolumeclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
+	e.client.PrependReactor("patch", "persistentvolumeclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
 		if !made.Load() || !once.CompareAndSwap(false, true) {
 			return false, nil, nil
 		}
@@ -141,7 +142,7 @@ func TestAnsweredVolumeOfTerminatingClaimKept(t *testing.T) {
 			pvc.Annotations[kube.AnnLifecycle], pvc.Annotations[kube.AnnDevice] = kube.StateCreated, "/dev/vg0/lv1"
 			now := metav1.Now()
 			pvc.DeletionTimestamp, pvc.Finalizers = &now, []string{"kubernetes.io/pvc-protection"}
-			pvc.ResourceVersion = "" // the tracker's own versioning
+			pvc.ResourceVersion = "by-the-other-agent"
 			assert.NoError(t, e.client.Tracker().Update(gvr, pvc, "default"))
 		}
 		return false, nil, nil

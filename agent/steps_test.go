@@ -31,7 +31,7 @@ func TestCreateSteps(t *testing.T) {
 		names = append(names, st.kvs()[i].(string))
 		require.IsType(t, time.Duration(0), st.kvs()[i+1])
 	}
-	require.Equal(t, []string{"queued", "lvmdList", "checks", "claimCheck", "lvmdCreate", "claimCheckAfter", "device"}, names)
+	require.Equal(t, []string{"queued", "lvmdList", "checks", "claimCheck", "lvmdCreate", "device"}, names)
 	require.Equal(t, 3*time.Second, st.kvs()[1])
 }
 

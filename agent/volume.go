@@ -50,6 +50,9 @@ type outcome struct {
 	size   int64  // with expanded: the LV's size in bytes
 	// changed: the request changed while it was handled; no answer.
 	changed bool
+	// undo, with created: run when the answer does not land (made); gone
+	// when it took the answer's place.
+	undo func(context.Context) (out outcome, gone bool)
 }
 
 func final(state string) outcome { return outcome{state: state} }
@@ -212,7 +215,7 @@ func (a *Agent) create(ctx context.Context, pvc *corev1.PersistentVolumeClaim, s
 	}
 	st.done("lvmdCreate")
 	if createErr == nil {
-		return a.made(ctx, pvc, vol, t, done)
+		return a.made(ctx, pvc, vol, t, done, src != nil && spec.Source.Kind == kube.CloneCopy)
 	}
 	if errors.Is(createErr, lvmbackend.ErrUnavailable) {
 		return retry(createErr)
@@ -477,39 +480,71 @@ func (a *Agent) claimNow(ctx context.Context, pvc *corev1.PersistentVolumeClaim)
 }
 
 // made is the answer for the LV this create has just made (done: filled
-// first, for a thick clone). The claim is read again first: if it went
-// away, or began to be deleted, while the lvcreate was on its way (a call
-// held by lvmd or the VG lock), the LV is removed again, since no answer
-// of this agent named it and a claim that is gone or being deleted gets
-// none. The request is then handled as it is now (gone, or answered
-// ClaimTerminating). Two exceptions keep the LV: a protected tag, and a
-// claim being deleted that says created: the node's other agent (a
-// rollout's second pod) listed the LV in between and answered with it, and
-// a Pod may hold such a claim (pvc-protection keeps it while one does).
-// When the claim cannot be read, the LV stays and the create is retried:
-// the next attempt finds the LV by its tag.
-func (a *Agent) made(ctx context.Context, pvc *corev1.PersistentVolumeClaim, vol *lvmbackend.Volume, t target, done func(*lvmbackend.Volume) outcome) outcome {
+// first, for a thick clone). If the claim went away, or began to be
+// deleted, while the lvcreate was on its way (a call held by lvmd or the VG
+// lock), the LV is removed again, since no answer of this agent named it
+// and a claim that is gone or being deleted gets none (judgeMade).
+//
+// The claim is not read again for that: the answer is a merge patch
+// conditional on the version the claim had when it was read just before
+// the lvcreate (create's claimNow), so it lands only if the claim did not
+// change, go away or begin to be deleted since; when it does not land, the
+// answer's undo judges the LV (Agent.answer). One API read less on every
+// create's path. A thick clone is judged first: its copy takes minutes,
+// which a claim that went away does not get.
+func (a *Agent) made(ctx context.Context, pvc *corev1.PersistentVolumeClaim, vol *lvmbackend.Volume, t target, done func(*lvmbackend.Volume) outcome, copies bool) outcome {
+	st := stepsOf(ctx)
+	if copies {
+		if out, gone := a.judgeMade(ctx, pvc, vol, t); gone {
+			return out
+		}
+	}
+	out := done(vol)
+	st.done("device")
+	if copies {
+		return out
+	}
+	if out.state != kube.StateCreated {
+		// No answer to make conditional (the device not active yet).
+		if u, gone := a.judgeMade(ctx, pvc, vol, t); gone {
+			return u
+		}
+		return out
+	}
+	out.undo = func(ctx context.Context) (outcome, bool) { return a.judgeMade(ctx, pvc, vol, t) }
+	return out
+}
+
+// judgeMade reads the claim whose LV was just made. gone is false while it
+// lives and is not being deleted. Otherwise the LV is removed and the
+// request handled as it is now (gone, or answered ClaimTerminating), with
+// two exceptions that keep it: a protected tag, and a claim being deleted
+// that says created (the node's other agent, a rollout's second pod,
+// listed the LV in between and answered with it, and a Pod may hold such a
+// claim: pvc-protection keeps it while one does). When the claim cannot be
+// read, the LV stays and the create is retried: the next attempt finds the
+// LV by its tag.
+func (a *Agent) judgeMade(ctx context.Context, pvc *corev1.PersistentVolumeClaim, vol *lvmbackend.Volume, t target) (out outcome, gone bool) {
 	st := stepsOf(ctx)
 	now, err := a.claimNow(ctx, pvc)
 	st.done("claimCheckAfter")
 	switch {
 	case err != nil:
-		return retry(err)
+		return retry(err), true
 	case now != nil && now.DeletionTimestamp == nil:
-		defer st.done("device")
-		return done(vol)
+		return outcome{}, false
 	case vol.HasTag(ProtectedTag):
 		klog.InfoS("Claim went away while its LV was made; the LV is tagged protected and stays", "request", klog.KObj(pvc), "lv", t)
-		return changed()
+		return changed(), true
 	case now != nil && now.Annotations[kube.AnnLifecycle] == kube.StateCreated:
 		klog.InfoS("Claim is being deleted, but another agent answered it with the LV just made; the LV stays", "request", klog.KObj(pvc), "lv", t)
-		return changed()
+		return changed(), true
 	}
 	if err := a.backend.RemoveVolume(ctx, t.deviceClass, t.name); err != nil && !errors.Is(err, lvmbackend.ErrNotFound) {
-		return retry(fmt.Errorf("claim went away while its LV %s was made; removing the LV: %w", t, err))
+		return retry(fmt.Errorf("claim went away while its LV %s was made; removing the LV: %w", t, err)), true
 	}
 	klog.InfoS("Claim went away while its LV was made; LV removed", "request", klog.KObj(pvc), "lv", t)
-	return changed()
+	return changed(), true
 }
 
 // created is the answer for an LV of ours, once the kernel confirms its

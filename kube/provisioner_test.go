@@ -2,8 +2,6 @@ package kube
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -11,12 +9,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
+
+	"github.com/lvm-agent/lvm-agent/kube/kubefake"
 )
 
 // watchedClient is a fake clientset that reports on watching each time a
@@ -198,24 +197,11 @@ func TestCreateVolumeOpenRequestNotAskedAgain(t *testing.T) {
 }
 
 // preconditioned makes c's merge patches of resource honour a
-// metadata.resourceVersion in the patch (409 when the object has another),
-// as the API server does, and records the versions the patches named.
-func preconditioned(t *testing.T, c *fake.Clientset, resource, ns, name string) *[]string {
+// metadata.resourceVersion in the patch (kubefake), and records the
+// versions the patches named.
+func preconditioned(c *fake.Clientset, resource string) *[]string {
 	var rvs []string
-	c.PrependReactor("patch", resource, func(a clienttesting.Action) (bool, runtime.Object, error) {
-		var m struct {
-			Metadata struct {
-				ResourceVersion string `json:"resourceVersion"`
-			} `json:"metadata"`
-		}
-		require.NoError(t, json.Unmarshal(a.(clienttesting.PatchAction).GetPatch(), &m))
-		rvs = append(rvs, m.Metadata.ResourceVersion)
-		cur, err := c.Tracker().Get(a.GetResource(), ns, name)
-		if err == nil && m.Metadata.ResourceVersion != "" && cur.(metav1.Object).GetResourceVersion() != m.Metadata.ResourceVersion {
-			return true, nil, apierrors.NewConflict(a.GetResource().GroupResource(), name, errors.New("changed"))
-		}
-		return false, nil, nil
-	})
+	kubefake.Preconditioned(c, func(rv string) { rvs = append(rvs, rv) }, resource)
 	return &rvs
 }
 
@@ -245,7 +231,7 @@ func fromWorld(t *testing.T, obj runtime.Object, changed bool, resource string) 
 		require.NoError(t, c.Tracker().Update(gvr, obj, m.GetNamespace()))
 	}
 	c.ClearActions()
-	return c, watching, ctx, preconditioned(t, c, resource, m.GetNamespace(), m.GetName())
+	return c, watching, ctx, preconditioned(c, resource)
 }
 
 // CreateVolumeFrom and DeleteVolumeFrom write the request on the object as

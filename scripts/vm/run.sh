@@ -92,6 +92,19 @@ case $accel in
   tcg) accel_args=(-accel 'tcg,thread=multi') ;;  # QEMU's default CPU, as measured in the notes
   *) log "LVM_AGENT_VM_ACCEL must be kvm or tcg"; exit 2 ;;
 esac
+# Under TCG the guest's TSC counts at the host's TSC rate, and the guest
+# kernel measures that rate against the emulated PIT at boot: on a busy host
+# the measure can come out 50 times too low (dmesg: "Fast TSC calibration
+# failed ... Detected 57.555 MHz processor"), and with tsc=reliable the
+# guest's clock then runs 50 times fast (every timeout fires; seen once in
+# make test). The host's own figure is given instead (tsc_early_khz): its
+# kernel's, or /proc/cpuinfo's "cpu MHz" where the log no longer has it.
+append="console=ttyS0 tsc=reliable panic=-1 loglevel=3"
+if [ "$accel" = tcg ]; then
+  mhz=$({ dmesg 2>/dev/null || true; } | sed -n 's/.*tsc: Detected \([0-9.]*\) MHz processor.*/\1/p' | head -n1)
+  [ -n "$mhz" ] || mhz=$(sed -n 's/^cpu MHz[[:space:]]*: *\([0-9.]*\)$/\1/p' /proc/cpuinfo | head -n1)
+  [ -z "$mhz" ] || append+=" tsc_early_khz=$(awk -v m="$mhz" 'BEGIN { printf "%d", m * 1000 }')"
+fi
 log "booting: accel=$accel mem=$mem cpus=$cpus timeout=${timeout}s${disks[*]+ disks=${disks[*]}}"
 
 t1=$(date +%s.%N)
@@ -111,7 +124,7 @@ qrc=0
 timeout --foreground -k 10 "$timeout" qemu-system-x86_64 "${accel_args[@]}" \
   -m "$mem" -smp "$cpus" -nodefaults -display none -no-reboot -nic none \
   -serial stdio -kernel "$guest/vmlinux" -initrd "$work/initrd" \
-  -append "console=ttyS0 tsc=reliable panic=-1 loglevel=3" \
+  -append "$append" \
   -virtfs "local,path=$share,mount_tag=share,security_model=none" ${disk_args[@]+"${disk_args[@]}"} \
   -pidfile "$work/qemu.pid" </dev/null || qrc=$?
 t2=$(date +%s.%N)
