@@ -86,7 +86,7 @@ func startOn(t testing.TB, cfg Config, f fakeLVMD, backend lvmbackend.Backend) *
 	e := &env{client: fake.NewClientset(), fakeLVMD: f}
 	// Every answer is conditional on the request's resourceVersion: kept
 	// and checked as the API server does (the fake clientset does neither).
-	kubefake.Versioned(e.client, "persistentvolumeclaims", "persistentvolumes")
+	kubefake.Versioned(e.client, nil, "persistentvolumeclaims", "persistentvolumes")
 	cfg.Node = kube.Node{Name: node, Drivers: []string{kube.DefaultDriver}, Provisioners: []string{kube.DefaultProvisioner}}
 	if cfg.BackoffBase == 0 {
 		cfg.BackoffBase, cfg.BackoffMax = 10*time.Millisecond, 100*time.Millisecond

@@ -196,12 +196,11 @@ func TestCreateVolumeOpenRequestNotAskedAgain(t *testing.T) {
 	require.NoError(t, <-done)
 }
 
-// preconditioned makes c's merge patches of resource honour a
-// metadata.resourceVersion in the patch (kubefake), and records the
-// versions the patches named.
+// preconditioned makes c keep resourceVersions as the API server does
+// (kubefake), and records the versions the patches of resource named.
 func preconditioned(c *fake.Clientset, resource string) *[]string {
 	var rvs []string
-	kubefake.Preconditioned(c, func(rv string) { rvs = append(rvs, rv) }, resource)
+	kubefake.Versioned(c, func(rv string) { rvs = append(rvs, rv) }, resource)
 	return &rvs
 }
 

@@ -19,43 +19,6 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 )
 
-// Preconditioned makes c's patches of the resources honour a
-// metadata.resourceVersion in the patch: a 409 Conflict when the object has
-// another, as the API server answers. client-go's object tracker applies
-// such a patch whatever the object's version (it checks none), so a test
-// of a conditional write would pass against it even when the write is not.
-// seen, when not nil, is told each patch's resourceVersion ("" for none).
-func Preconditioned(c *fake.Clientset, seen func(rv string), resources ...string) {
-	for _, resource := range resources {
-		c.PrependReactor("patch", resource, func(a clienttesting.Action) (bool, runtime.Object, error) {
-			p := a.(clienttesting.PatchAction)
-			var m struct {
-				Metadata struct {
-					ResourceVersion string `json:"resourceVersion"`
-				} `json:"metadata"`
-			}
-			if err := json.Unmarshal(p.GetPatch(), &m); err != nil {
-				return true, nil, apierrors.NewBadRequest(err.Error())
-			}
-			if seen != nil {
-				seen(m.Metadata.ResourceVersion)
-			}
-			if m.Metadata.ResourceVersion == "" {
-				return false, nil, nil
-			}
-			cur, err := c.Tracker().Get(a.GetResource(), a.GetNamespace(), p.GetName())
-			if err != nil {
-				return false, nil, nil // the tracker answers: not found
-			}
-			if o, err := meta.Accessor(cur); err == nil && o.GetResourceVersion() != m.Metadata.ResourceVersion {
-				return true, nil, apierrors.NewConflict(a.GetResource().GroupResource(), p.GetName(),
-					errors.New("the object has been modified; please apply your changes to the latest version and try again"))
-			}
-			return false, nil, nil
-		})
-	}
-}
-
 // Versioned makes c keep a resourceVersion on the objects of the resources,
 // as the API server does: every create, update and merge patch stores the
 // object with a new one, an update or a merge patch that names another
@@ -63,9 +26,11 @@ func Preconditioned(c *fake.Clientset, seen func(rv string), resources ...string
 // an object deleted and made again. client-go's object tracker versions
 // its objects only for its watches, never in their metadata, so without
 // this a test cannot see whether a conditional write would have landed.
-func Versioned(c *fake.Clientset, resources ...string) {
+// seen, when not nil, is told each merge patch's resourceVersion ("" for
+// none).
+func Versioned(c *fake.Clientset, seen func(rv string), resources ...string) {
 	var mu sync.Mutex
-	rv := 0
+	rv := 1000000 // above the versions tests write themselves
 	next := func() string {
 		mu.Lock()
 		defer mu.Unlock()
@@ -112,6 +77,9 @@ func Versioned(c *fake.Clientset, resources ...string) {
 			}
 			if err := json.Unmarshal(p.GetPatch(), &asked); err != nil {
 				return true, nil, apierrors.NewBadRequest(err.Error())
+			}
+			if seen != nil {
+				seen(asked.Metadata.ResourceVersion)
 			}
 			m, _ := meta.Accessor(cur)
 			if asked.Metadata.ResourceVersion != "" && asked.Metadata.ResourceVersion != m.GetResourceVersion() {
