@@ -160,6 +160,51 @@ func TestAnsweredVolumeOfTerminatingClaimKept(t *testing.T) {
 	assert.Empty(t, pvc.Annotations[kube.AnnReason])
 }
 
+// The same race, answered otherwise: the node's other agent found the
+// claim's first LV and answered failed/VolumeMismatch to its renamed
+// request, while this agent's lvcreate made the LV of the new name. No
+// answer names that LV: this agent's answer does not land, and the LV goes,
+// not left as the claim's second (seen in make chaos, seed 28).
+func TestVolumeOfRequestAnsweredMeanwhileRemoved(t *testing.T) {
+	e := start(t, Config{})
+	var ops lvmOps
+	var made, once atomic.Bool
+	e.lvm.SetHook(func(op, _, _ string) error {
+		switch op {
+		case "create":
+			ops.create.Add(1)
+			made.Store(true)
+		case "remove":
+			ops.remove.Add(1)
+		}
+		return nil
+	})
+	gvr := corev1.SchemeGroupVersion.WithResource("persistentvolumeclaims")
+	e.client.PrependReactor("patch", "persistentvolumeclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if !made.Load() || !once.CompareAndSwap(false, true) {
+			return false, nil, nil
+		}
+		obj, err := e.client.Tracker().Get(gvr, "default", "pvc")
+		if assert.NoError(t, err) {
+			pvc := obj.(*corev1.PersistentVolumeClaim).DeepCopy()
+			pvc.Annotations[kube.AnnLifecycle], pvc.Annotations[kube.AnnReason] = kube.StateFailed, kube.ReasonVolumeMismatch
+			pvc.ResourceVersion = "by-the-other-agent"
+			assert.NoError(t, e.client.Tracker().Update(gvr, pvc, "default"))
+		}
+		return false, nil, nil
+	})
+	e.pvc(t, "default", "pvc", node, spec(`{"volumeGroup":"thick","name":"lv1-renamed","size":4096}`))
+	e.settle(t, &once)
+	assert.Equal(t, int32(1), ops.create.Load())
+	assert.Equal(t, int32(1), ops.remove.Load(), "the LV no answer named is removed")
+	lvs, err := e.lvm.List("thick")
+	require.NoError(t, err)
+	assert.Empty(t, lvs)
+	pvc, err := e.client.CoreV1().PersistentVolumeClaims("default").Get(context.Background(), "pvc", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, kube.StateFailed, pvc.Annotations[kube.AnnLifecycle], "the other agent's answer stands")
+}
+
 // settle waits until hooked has fired and the agent holds no request and
 // runs no operation, then for longer than its longest backoff (100 ms), so
 // that a retry would have run.

@@ -480,10 +480,10 @@ func (a *Agent) claimNow(ctx context.Context, pvc *corev1.PersistentVolumeClaim)
 }
 
 // made is the answer for the LV this create has just made (done: filled
-// first, for a thick clone). If the claim went away, or began to be
-// deleted, while the lvcreate was on its way (a call held by lvmd or the VG
-// lock), the LV is removed again, since no answer of this agent named it
-// and a claim that is gone or being deleted gets none (judgeMade).
+// first, for a thick clone). If the claim went away, began to be deleted
+// or moved on to another request or answer while the lvcreate was on its
+// way (a call held by lvmd or the VG lock), the LV is removed again, since
+// no answer names it (judgeMade).
 //
 // The claim is not read again for that: the answer is a merge patch
 // conditional on the version the claim had when it was read just before
@@ -495,7 +495,7 @@ func (a *Agent) claimNow(ctx context.Context, pvc *corev1.PersistentVolumeClaim)
 func (a *Agent) made(ctx context.Context, pvc *corev1.PersistentVolumeClaim, vol *lvmbackend.Volume, t target, done func(*lvmbackend.Volume) outcome, copies bool) outcome {
 	st := stepsOf(ctx)
 	if copies {
-		if out, gone := a.judgeMade(ctx, pvc, vol, t); gone {
+		if out, gone := a.judgeMade(ctx, pvc, vol, t, ""); gone {
 			return out
 		}
 	}
@@ -506,44 +506,50 @@ func (a *Agent) made(ctx context.Context, pvc *corev1.PersistentVolumeClaim, vol
 	}
 	if out.state != kube.StateCreated {
 		// No answer to make conditional (the device not active yet).
-		if u, gone := a.judgeMade(ctx, pvc, vol, t); gone {
+		if u, gone := a.judgeMade(ctx, pvc, vol, t, ""); gone {
 			return u
 		}
 		return out
 	}
-	out.undo = func(ctx context.Context) (outcome, bool) { return a.judgeMade(ctx, pvc, vol, t) }
+	out.undo = func(ctx context.Context) (outcome, bool) { return a.judgeMade(ctx, pvc, vol, t, out.device) }
 	return out
 }
 
-// judgeMade reads the claim whose LV was just made. gone is false while it
-// lives and is not being deleted. Otherwise the LV is removed and the
-// request handled as it is now (gone, or answered ClaimTerminating), with
-// two exceptions that keep it: a protected tag, and a claim being deleted
-// that says created (the node's other agent, a rollout's second pod,
-// listed the LV in between and answered with it, and a Pod may hold such a
-// claim: pvc-protection keeps it while one does). When the claim cannot be
-// read, the LV stays and the create is retried: the next attempt finds the
-// LV by its tag.
-func (a *Agent) judgeMade(ctx context.Context, pvc *corev1.PersistentVolumeClaim, vol *lvmbackend.Volume, t target) (out outcome, gone bool) {
+// judgeMade reads the claim whose LV was just made (device: the path its
+// answer names, "" when not known yet). gone is false while the claim lives,
+// is not being deleted and still carries the request the LV was made for.
+// Otherwise the LV is removed and the request handled as it is now (gone,
+// answered ClaimTerminating, or as it asks now), with two exceptions that
+// keep it: a protected tag, and a claim that says created with this LV (or
+// is being deleted and says created): the node's other agent, a rollout's
+// second pod, listed the LV in between and answered with it, and a Pod may
+// hold such a claim (pvc-protection keeps it while one does). A request
+// answered otherwise meanwhile (the other agent's failed, say, or created
+// with another LV), or re-asked for another LV, names no LV this agent
+// made: kept, it would be a second LV of the claim. When the claim cannot
+// be read, the LV stays and the create is retried: the next attempt finds
+// the LV by its tag.
+func (a *Agent) judgeMade(ctx context.Context, pvc *corev1.PersistentVolumeClaim, vol *lvmbackend.Volume, t target, device string) (out outcome, gone bool) {
 	st := stepsOf(ctx)
 	now, err := a.claimNow(ctx, pvc)
 	st.done("claimCheckAfter")
 	switch {
 	case err != nil:
 		return retry(err), true
-	case now != nil && now.DeletionTimestamp == nil:
+	case now != nil && now.DeletionTimestamp == nil && !requestChanged(pvc, now):
 		return outcome{}, false
 	case vol.HasTag(ProtectedTag):
-		klog.InfoS("Claim went away while its LV was made; the LV is tagged protected and stays", "request", klog.KObj(pvc), "lv", t)
+		klog.InfoS("Claim went away or moved on while its LV was made; the LV is tagged protected and stays", "request", klog.KObj(pvc), "lv", t)
 		return changed(), true
-	case now != nil && now.Annotations[kube.AnnLifecycle] == kube.StateCreated:
-		klog.InfoS("Claim is being deleted, but another agent answered it with the LV just made; the LV stays", "request", klog.KObj(pvc), "lv", t)
+	case now != nil && now.Annotations[kube.AnnLifecycle] == kube.StateCreated &&
+		(now.DeletionTimestamp != nil || device == "" || now.Annotations[kube.AnnDevice] == device):
+		klog.InfoS("Another agent answered the claim with the LV just made; the LV stays", "request", klog.KObj(pvc), "lv", t)
 		return changed(), true
 	}
 	if err := a.backend.RemoveVolume(ctx, t.deviceClass, t.name); err != nil && !errors.Is(err, lvmbackend.ErrNotFound) {
-		return retry(fmt.Errorf("claim went away while its LV %s was made; removing the LV: %w", t, err)), true
+		return retry(fmt.Errorf("claim went away or moved on while its LV %s was made; removing the LV: %w", t, err)), true
 	}
-	klog.InfoS("Claim went away while its LV was made; LV removed", "request", klog.KObj(pvc), "lv", t)
+	klog.InfoS("Claim went away or moved on while its LV was made; LV removed", "request", klog.KObj(pvc), "lv", t)
 	return changed(), true
 }
 
