@@ -605,11 +605,11 @@ report() {
       row("API writes per volume (POST, PUT, PATCH, DELETE)", WR[S[1]] + 0, WR[S[2]] + 0, 1)
       # Rows of at least 0.5 either way (a negative one: the rate at rest
       # subtracted over a sequence longer than its own share).
-      for (k in AK) if (k !~ /^events/ && (D[S[1], k] ^ 2 >= 0.25 || D[S[2], k] ^ 2 >= 0.25))
+      for (k in AK) if (k !~ /^events/ && (D[S[1], k] >= 0.5 || D[S[1], k] <= -0.5 || D[S[2], k] >= 0.5 || D[S[2], k] <= -0.5))
         printf "  %-44s %12.1f %12.1f\n", k, D[S[1], k], D[S[2], k] | "sort"
       close("sort")
       row("watch events per volume", EV[S[1]] + 0, EV[S[2]] + 0, "")
-      for (k in AK) if (k ~ /^events/ && (D[S[1], k] ^ 2 >= 0.25 || D[S[2], k] ^ 2 >= 0.25))
+      for (k in AK) if (k ~ /^events/ && (D[S[1], k] >= 0.5 || D[S[1], k] <= -0.5 || D[S[2], k] >= 0.5 || D[S[2], k] <= -0.5))
         printf "  %-44s %12.1f %12.1f\n", k, D[S[1], k], D[S[2], k] | "sort"
       close("sort")
 
