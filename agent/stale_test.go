@@ -116,39 +116,13 @@ func TestVolumeOfTerminatingClaimRemoved(t *testing.T) {
 // on the claim.
 func TestAnsweredVolumeOfTerminatingClaimKept(t *testing.T) {
 	e := start(t, Config{})
-	var ops lvmOps
-	var made, once atomic.Bool
-	e.lvm.SetHook(func(op, _, _ string) error {
-		switch op {
-		case "create":
-			ops.create.Add(1)
-			made.Store(true)
-		case "remove":
-			ops.remove.Add(1)
-		}
-		return nil
-	})
-	// The other agent's answer and the deletion land just before this
-	// agent's answer reaches the API server (the tracker, not the
-	// clientset, whose reactor chain holds its lock).
-	gvr := corev1.SchemeGroupVersion.WithResource("persistentvolumeclaims")
-	e.client.PrependReactor("patch", "persistentvolumeclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
-		if !made.Load() || !once.CompareAndSwap(false, true) {
-			return false, nil, nil
-		}
-		obj, err := e.client.Tracker().Get(gvr, "default", "pvc")
-		if assert.NoError(t, err) {
-			pvc := obj.(*corev1.PersistentVolumeClaim).DeepCopy()
-			pvc.Annotations[kube.AnnLifecycle], pvc.Annotations[kube.AnnDevice] = kube.StateCreated, "/dev/vg0/lv1"
-			now := metav1.Now()
-			pvc.DeletionTimestamp, pvc.Finalizers = &now, []string{"kubernetes.io/pvc-protection"}
-			pvc.ResourceVersion = "by-the-other-agent"
-			assert.NoError(t, e.client.Tracker().Update(gvr, pvc, "default"))
-		}
-		return false, nil, nil
+	ops, once := e.otherAgentAnswersFirst(t, func(pvc *corev1.PersistentVolumeClaim) {
+		pvc.Annotations[kube.AnnLifecycle], pvc.Annotations[kube.AnnDevice] = kube.StateCreated, "/dev/vg0/lv1"
+		now := metav1.Now()
+		pvc.DeletionTimestamp, pvc.Finalizers = &now, []string{"kubernetes.io/pvc-protection"}
 	})
 	e.pvc(t, "default", "pvc", node, spec(`{"volumeGroup":"thick","name":"lv1","size":4096}`))
-	e.settle(t, &once)
+	e.settle(t, once)
 	assert.Equal(t, int32(1), ops.create.Load())
 	assert.Zero(t, ops.remove.Load(), "the LV another agent answered with is not removed")
 	lvs, err := e.lvm.List("thick")
@@ -167,6 +141,27 @@ func TestAnsweredVolumeOfTerminatingClaimKept(t *testing.T) {
 // not left as the claim's second (seen in make chaos, seed 28).
 func TestVolumeOfRequestAnsweredMeanwhileRemoved(t *testing.T) {
 	e := start(t, Config{})
+	ops, once := e.otherAgentAnswersFirst(t, func(pvc *corev1.PersistentVolumeClaim) {
+		pvc.Annotations[kube.AnnLifecycle], pvc.Annotations[kube.AnnReason] = kube.StateFailed, kube.ReasonVolumeMismatch
+	})
+	e.pvc(t, "default", "pvc", node, spec(`{"volumeGroup":"thick","name":"lv1-renamed","size":4096}`))
+	e.settle(t, once)
+	assert.Equal(t, int32(1), ops.create.Load())
+	assert.Equal(t, int32(1), ops.remove.Load(), "the LV no answer named is removed")
+	lvs, err := e.lvm.List("thick")
+	require.NoError(t, err)
+	assert.Empty(t, lvs)
+	pvc, err := e.client.CoreV1().PersistentVolumeClaims("default").Get(context.Background(), "pvc", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, kube.StateFailed, pvc.Annotations[kube.AnnLifecycle], "the other agent's answer stands")
+}
+
+// otherAgentAnswersFirst counts lvmd's creates and removes and, once an LV
+// is made, has change (the node's other agent's answer) land on the claim
+// just before this agent's answer reaches the API server (through the
+// tracker, not the clientset, whose reactor chain holds its lock). once
+// says it did.
+func (e *env) otherAgentAnswersFirst(t *testing.T, change func(*corev1.PersistentVolumeClaim)) (*lvmOps, *atomic.Bool) {
 	var ops lvmOps
 	var made, once atomic.Bool
 	e.lvm.SetHook(func(op, _, _ string) error {
@@ -187,22 +182,13 @@ func TestVolumeOfRequestAnsweredMeanwhileRemoved(t *testing.T) {
 		obj, err := e.client.Tracker().Get(gvr, "default", "pvc")
 		if assert.NoError(t, err) {
 			pvc := obj.(*corev1.PersistentVolumeClaim).DeepCopy()
-			pvc.Annotations[kube.AnnLifecycle], pvc.Annotations[kube.AnnReason] = kube.StateFailed, kube.ReasonVolumeMismatch
+			change(pvc)
 			pvc.ResourceVersion = "by-the-other-agent"
 			assert.NoError(t, e.client.Tracker().Update(gvr, pvc, "default"))
 		}
 		return false, nil, nil
 	})
-	e.pvc(t, "default", "pvc", node, spec(`{"volumeGroup":"thick","name":"lv1-renamed","size":4096}`))
-	e.settle(t, &once)
-	assert.Equal(t, int32(1), ops.create.Load())
-	assert.Equal(t, int32(1), ops.remove.Load(), "the LV no answer named is removed")
-	lvs, err := e.lvm.List("thick")
-	require.NoError(t, err)
-	assert.Empty(t, lvs)
-	pvc, err := e.client.CoreV1().PersistentVolumeClaims("default").Get(context.Background(), "pvc", metav1.GetOptions{})
-	require.NoError(t, err)
-	assert.Equal(t, kube.StateFailed, pvc.Annotations[kube.AnnLifecycle], "the other agent's answer stands")
+	return &ops, &once
 }
 
 // settle waits until hooked has fired and the agent holds no request and
