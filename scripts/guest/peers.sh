@@ -542,6 +542,16 @@ report() {
       readsnap(a); readsnap(b)
       for (k in SERIES) if (k !~ /resource="leases"/) { D[s, apikey(k)] += f * (A[b, k] - A[a, k]); AK[apikey(k)] = 1 }
     }
+    # details(EV): the per-resource rows of requests (EV 0) or of watch
+    # events (1), sorted, those of at least 0.5 either way (a negative one:
+    # the rate at rest subtracted over a sequence longer than its own share;
+    # no ^ or abs: busybox awk has no math).
+    function details(ev,   k, a, b) {
+      for (k in AK) { a = D[S[1], k]; b = D[S[2], k]
+        if ((k ~ /^events/) == ev && (a >= 0.5 || a <= -0.5 || b >= 0.5 || b <= -0.5))
+          printf "  %-44s %12.1f %12.1f\n", k, a, b | "sort" }
+      close("sort")
+    }
     function secs(a, b) { return num(b ".t") - num(a ".t") }
     function show(x, u) { return x < 0 ? "n/a" : sprintf("%.3f%s", x, u) }
     function row(label, a, b, goal, sa, sb,   r) {
@@ -603,15 +613,9 @@ report() {
         if (k ~ /^(POST|PUT|PATCH|DELETE) /) WR[S[si]] += D[S[si], k] }
       row("API requests per volume (created, deleted)", REQ_[S[1]] + 0, REQ_[S[2]] + 0, 0.8)
       row("API writes per volume (POST, PUT, PATCH, DELETE)", WR[S[1]] + 0, WR[S[2]] + 0, 1)
-      # Rows of at least 0.5 either way (a negative one: the rate at rest
-      # subtracted over a sequence longer than its own share).
-      for (k in AK) if (k !~ /^events/ && (D[S[1], k] >= 0.5 || D[S[1], k] <= -0.5 || D[S[2], k] >= 0.5 || D[S[2], k] <= -0.5))
-        printf "  %-44s %12.1f %12.1f\n", k, D[S[1], k], D[S[2], k] | "sort"
-      close("sort")
+      details(0)
       row("watch events per volume", EV[S[1]] + 0, EV[S[2]] + 0, "")
-      for (k in AK) if (k ~ /^events/ && (D[S[1], k] >= 0.5 || D[S[1], k] <= -0.5 || D[S[2], k] >= 0.5 || D[S[2], k] <= -0.5))
-        printf "  %-44s %12.1f %12.1f\n", k, D[S[1], k], D[S[2], k] | "sort"
-      close("sort")
+      details(1)
 
       # At rest: each window less the one before it (idle0: the cluster
       # alone; idle1: and lvm-agent; idle2: and TopoLVM).
