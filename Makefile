@@ -19,8 +19,13 @@ all: build
 # command can read the checkout. make VERSION=v0.3.0 overrides.
 LDFLAGS := $(shell VERSION='$(VERSION)' COMMIT='$(COMMIT)' scripts/version.sh)
 
+# Two builds of ./cmd/lvm-agent: bin/lvm-agent, the node agent and the
+# operator CLI (-tags nodeagent: no provisioner, no clientset, a third of the
+# memory), and bin/lvm-agent-provisioner, everything; "lvm-agent
+# provisioner" runs the second from beside the first.
 build:
-	go build -buildvcs=auto -trimpath -ldflags "$(LDFLAGS)" -o bin/lvm-agent ./cmd/lvm-agent
+	go build -buildvcs=auto -trimpath -tags nodeagent -ldflags "$(LDFLAGS)" -o bin/lvm-agent ./cmd/lvm-agent
+	go build -buildvcs=auto -trimpath -ldflags "$(LDFLAGS)" -o bin/lvm-agent-provisioner ./cmd/lvm-agent
 
 # -tags guest only for the packages it changes: a build tag is part of every
 # package's build-cache key, so vetting the whole module with it compiled

@@ -16,13 +16,13 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/kube/apiclient"
 	"github.com/lvm-agent/lvm-agent/lvmbackend"
 )
 
@@ -75,7 +75,7 @@ type Config struct {
 // Agent is the reconciler.
 type Agent struct {
 	cfg      Config
-	client   kubernetes.Interface
+	client   apiclient.Interface
 	backend  lvmbackend.Backend
 	recorder record.EventRecorder
 	inf      *kube.Informers
@@ -91,7 +91,7 @@ type Agent struct {
 }
 
 // New wires an agent to its informers; Run starts it.
-func New(cfg Config, client kubernetes.Interface, backend lvmbackend.Backend, recorder record.EventRecorder, inf *kube.Informers, metrics *Metrics) (*Agent, error) {
+func New(cfg Config, client apiclient.Interface, backend lvmbackend.Backend, recorder record.EventRecorder, inf *kube.Informers, metrics *Metrics) (*Agent, error) {
 	if cfg.Workers <= 0 {
 		cfg.Workers = 1
 	}
@@ -150,7 +150,7 @@ func New(cfg Config, client kubernetes.Interface, backend lvmbackend.Backend, re
 // stops taking work and returns when the in-flight operations are finished
 // (each bounded by OpTimeout) or when grace has passed, whichever is first.
 func (a *Agent) Run(ctx context.Context, grace time.Duration) error {
-	a.inf.Factory.Start(ctx.Done())
+	a.inf.Start(ctx)
 	klog.InfoS("Waiting for informers to sync", "node", a.cfg.Node.Name)
 	if !cache.WaitForCacheSync(ctx.Done(), a.inf.PVC.HasSynced, a.inf.PV.HasSynced) {
 		a.queue.ShutDown()
@@ -471,9 +471,9 @@ func (a *Agent) reread(ctx context.Context, k Key, stale runtime.Object) {
 	var fresh runtime.Object
 	var err error
 	if k.Kind == KindPVC {
-		fresh, err = a.client.CoreV1().PersistentVolumeClaims(k.Namespace).Get(ctx, k.Name, metav1.GetOptions{})
+		fresh, err = a.client.PVCs(k.Namespace).Get(ctx, k.Name, metav1.GetOptions{})
 	} else {
-		fresh, err = a.client.CoreV1().PersistentVolumes().Get(ctx, k.Name, metav1.GetOptions{})
+		fresh, err = a.client.PVs().Get(ctx, k.Name, metav1.GetOptions{})
 	}
 	switch {
 	case apierrors.IsNotFound(err):

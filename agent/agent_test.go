@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
 	"github.com/lvm-agent/lvm-agent/kube/kubefake"
 	"github.com/lvm-agent/lvm-agent/lvmbackend"
 	"github.com/lvm-agent/lvm-agent/lvmbackend/lvmdfake"
@@ -97,10 +98,10 @@ func startOn(t testing.TB, cfg Config, f fakeLVMD, backend lvmbackend.Backend) *
 	if cfg.ReadMaxAge >= 0 {
 		cfg.ShareReads, cfg.ReadMaxAge = true, cmp.Or(cfg.ReadMaxAge, DefaultReadMaxAge)
 	}
-	inf := kube.NewInformers(e.client, node, kube.WatchAll, kube.WithOwner(cfg.Node))
+	inf := kube.NewInformers(clientset.Wrap(e.client), node, kube.WatchAll, kube.WithOwner(cfg.Node))
 	e.events, e.metrics = record.NewFakeRecorder(1000), NewMetrics(nil)
 	var err error
-	e.agent, err = New(cfg, e.client, backend, e.events, inf, e.metrics)
+	e.agent, err = New(cfg, clientset.Wrap(e.client), backend, e.events, inf, e.metrics)
 	require.NoError(t, err)
 	run(t, e.agent)
 	return e

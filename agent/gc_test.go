@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
 	"github.com/lvm-agent/lvm-agent/lvmbackend"
 	"github.com/lvm-agent/lvm-agent/lvmbackend/lvmdfake"
 )
@@ -41,15 +42,15 @@ func newGCEnv(t *testing.T, cfg GCConfig, withCache bool, objs ...runtime.Object
 	t.Helper()
 	f, backend := serveLVMD(t, thickAndThin...)
 	e := &gcEnv{client: fake.NewClientset(objs...), fakeLVMD: f, reg: prometheus.NewRegistry()}
-	inf := kube.NewInformers(e.client, node, kube.WatchAll)
+	inf := kube.NewInformers(clientset.Wrap(e.client), node, kube.WatchAll)
 	var err error
 	e.agent, err = New(Config{Node: kube.Node{Name: node, Drivers: []string{kube.DefaultDriver}}, OpTimeout: 5 * time.Second},
-		e.client, backend, record.NewFakeRecorder(100), inf, nil)
+		clientset.Wrap(e.client), backend, record.NewFakeRecorder(100), inf, nil)
 	require.NoError(t, err)
 	if withCache {
 		ctx, cancel := context.WithCancel(context.Background())
 		t.Cleanup(cancel)
-		inf.Factory.Start(ctx.Done())
+		inf.Start(ctx)
 		require.True(t, cache.WaitForCacheSync(ctx.Done(), inf.PVC.HasSynced, inf.PV.HasSynced))
 	}
 	e.gc = NewOrphanGC(e.agent, cfg, e.reg)

@@ -10,10 +10,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/kube/apiclient"
 	"github.com/lvm-agent/lvm-agent/lvmbackend"
 )
 
@@ -71,7 +71,7 @@ func volumeGroupsOf(deviceClass string, classes map[string]string) []string {
 // volume would grow with the number of nodes (make bench-cluster measured
 // 0.02 per create at 1 node, 0.5 at 30).
 type NodeCapacity struct {
-	client  kubernetes.Interface
+	client  apiclient.Interface
 	node    string
 	key     string
 	classes map[string]string
@@ -116,7 +116,7 @@ type NodeCapacity struct {
 const DefaultCapacityMinChange = 0.01
 
 // NewNodeCapacity makes an updater for the annotation key of Node node.
-func NewNodeCapacity(client kubernetes.Interface, node, key string, classes map[string]string, metrics *Metrics) *NodeCapacity {
+func NewNodeCapacity(client apiclient.Interface, node, key string, classes map[string]string, metrics *Metrics) *NodeCapacity {
 	if metrics == nil {
 		metrics = NewMetrics(nil)
 	}
@@ -235,7 +235,7 @@ func (s *nodeCapacitySync) sync(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if s.known == nil {
-		node, err := s.client.CoreV1().Nodes().Get(ctx, s.node, metav1.GetOptions{})
+		node, err := s.client.Nodes().Get(ctx, s.node, metav1.GetOptions{})
 		if err != nil {
 			s.logFailure(err, "read")
 			return err

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
 	"github.com/lvm-agent/lvm-agent/lvmbackend"
 )
 
@@ -55,7 +56,7 @@ const (
 
 func ncStart(t *testing.T, client *fake.Clientset, minChange ...float64) *NodeCapacity {
 	t.Helper()
-	n := NewNodeCapacity(client, ncNode, kube.DefaultCapacityAnnotation, nil, nil)
+	n := NewNodeCapacity(clientset.Wrap(client), ncNode, kube.DefaultCapacityAnnotation, nil, nil)
 	n.Debounce = 100 * time.Millisecond
 	n.Retry.Duration, n.Retry.Cap = 20*time.Millisecond, 50*time.Millisecond
 	n.Away = ncAway
@@ -210,7 +211,7 @@ func TestNodeCapacityMissingNode(t *testing.T) {
 // An annotation removed by someone else comes back at the next resync.
 func TestNodeCapacityResync(t *testing.T) {
 	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: ncNode}})
-	n := NewNodeCapacity(client, ncNode, "example.com/capacity", map[string]string{"vg-a": "vg1"}, nil)
+	n := NewNodeCapacity(clientset.Wrap(client), ncNode, "example.com/capacity", map[string]string{"vg-a": "vg1"}, nil)
 	n.Debounce, n.Resync = 10*time.Millisecond, 200*time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

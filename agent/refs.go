@@ -148,13 +148,12 @@ func (a *Agent) liveRefs(ctx context.Context, pvs bool) (*References, error) {
 		}
 		return nil
 	}
-	core := a.client.CoreV1()
 	if err := each("PVCs", func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-		return core.PersistentVolumeClaims("").List(ctx, o)
+		return a.client.PVCs("").List(ctx, o)
 	}); err != nil || !pvs {
 		return r, err
 	}
 	return r, each("PVs", func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-		return core.PersistentVolumes().List(ctx, o)
+		return a.client.PVs().List(ctx, o)
 	})
 }

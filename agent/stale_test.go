@@ -14,6 +14,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
 )
 
 // Issue 29, item 4: the host chaos once ended with a PV answered "deleted"
@@ -38,7 +39,7 @@ func TestNoVolumeForAnsweredRequest(t *testing.T) {
 			// Everything the other side did, before this agent's listing
 			// returns: its answer, then the claim deleted (its LV gone).
 			ctx := context.Background()
-			_, err := kube.UpdatePvcWithAnnotations(ctx, e.client, "default", "pvc", "", kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreated}), nil)
+			_, err := kube.UpdatePvcWithAnnotations(ctx, clientset.Wrap(e.client), "default", "pvc", "", kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreated}), nil)
 			assert.NoError(t, err)
 			assert.NoError(t, e.client.CoreV1().PersistentVolumeClaims("default").Delete(ctx, "pvc", metav1.DeleteOptions{}))
 		case op == "create":
@@ -241,7 +242,7 @@ func TestOldListingDecidesNothingInTheWay(t *testing.T) {
 	require.NoError(t, e.lvm.Remove("thick", "foreign"))
 	created("c", `{"volumeGroup":"thick","name":"foreign","size":4096}`)
 	require.NoError(t, e.lvm.Remove("thick", "lv-b"))
-	_, err = kube.UpdatePvcWithAnnotations(context.Background(), e.client, "default", "b", "", kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreating}), nil)
+	_, err = kube.UpdatePvcWithAnnotations(context.Background(), clientset.Wrap(e.client), "default", "b", "", kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreating}), nil)
 	require.NoError(t, err)
 	created("b", "")
 	lvs, err := e.lvm.List("thick")

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
 )
 
 // startHybrid runs an agent in the hybrid watch mode; the test sweeps.
@@ -32,13 +33,13 @@ func startHybrid(t *testing.T) (*env, *kube.Sweeper) {
 	filterWatches(e.client)
 	n := kube.Node{Name: node, Drivers: []string{kube.DefaultDriver}}
 	cfg := Config{Node: n, BackoffBase: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Workers: 4}
-	inf := kube.NewInformers(e.client, node, kube.WatchHybrid, kube.WithOwner(n))
+	inf := kube.NewInformers(clientset.Wrap(e.client), node, kube.WatchHybrid, kube.WithOwner(n))
 	var err error
-	e.agent, err = New(cfg, e.client, backend, record.NewFakeRecorder(1000), inf, nil)
+	e.agent, err = New(cfg, clientset.Wrap(e.client), backend, record.NewFakeRecorder(1000), inf, nil)
 	require.NoError(t, err)
 	run(t, e.agent)
 	require.Eventually(t, e.agent.Synced, 10*time.Second, 5*time.Millisecond)
-	return e, kube.NewSweeper(e.client, e.agent, kube.SweepConfig{Node: n, Interval: time.Hour})
+	return e, kube.NewSweeper(clientset.Wrap(e.client), e.agent, kube.SweepConfig{Node: n, Interval: time.Hour})
 }
 
 // filterWatches makes the fake clientset's watches honour label selectors,
@@ -93,7 +94,7 @@ func TestHybridUnlabelledRequest(t *testing.T) {
 func TestSweptQueues(t *testing.T) {
 	n := kube.Node{Name: node, Drivers: []string{kube.DefaultDriver}}
 	c := fake.NewClientset()
-	a, err := New(Config{Node: n}, c, nil, record.NewFakeRecorder(10), kube.NewInformers(c, node, kube.WatchHybrid), nil)
+	a, err := New(Config{Node: n}, clientset.Wrap(c), nil, record.NewFakeRecorder(10), kube.NewInformers(clientset.Wrap(c), node, kube.WatchHybrid), nil)
 	require.NoError(t, err)
 	t.Cleanup(a.queue.ShutDown)
 	pvc := func(rv string, ann map[string]string) *corev1.PersistentVolumeClaim {
@@ -160,7 +161,7 @@ func TestHybridLabelledRequest(t *testing.T) {
 	e, _ := startHybrid(t)
 	ann := spec(`{"volumeGroup":"thick","name":"lv1","size":4096}`)
 	pvc := e.pvc(t, "default", "pvc", node, nil)
-	_, err := kube.UpdatePvcWithAnnotations(context.Background(), e.client, "default", pvc.Name, "", kube.Set(ann),
+	_, err := kube.UpdatePvcWithAnnotations(context.Background(), clientset.Wrap(e.client), "default", pvc.Name, "", kube.Set(ann),
 		kube.Set(map[string]string{kube.LabelNode: kube.NodeLabelValue(node)}))
 	require.NoError(t, err)
 	assert.Equal(t, kube.StateCreated, e.waitPVC(t, "default", "pvc")[kube.AnnLifecycle])
@@ -218,7 +219,7 @@ func TestHybridSweptThenLabelled(t *testing.T) {
 	require.Eventually(t, func() bool { return e.agent.DSW.Len() == 1 }, 5*time.Second, 5*time.Millisecond)
 	fresh, err := e.client.CoreV1().PersistentVolumeClaims("default").Get(ctx, pvc.Name, metav1.GetOptions{})
 	require.NoError(t, err)
-	require.NoError(t, kube.LabelRequest(ctx, e.client, fresh, kube.NodeLabelValue(node)))
+	require.NoError(t, kube.LabelRequest(ctx, clientset.Wrap(e.client), fresh, kube.NodeLabelValue(node)))
 	close(busy)
 	assert.Equal(t, kube.StateCreated, e.waitPVC(t, "default", "pvc")[kube.AnnLifecycle])
 	require.NoError(t, s.Sweep(ctx))

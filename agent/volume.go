@@ -440,7 +440,7 @@ func (a *Agent) claimGone(ctx context.Context, pv *corev1.PersistentVolume, lv *
 	var owner string
 	if ref != nil && ref.Name != "" && string(ref.UID) == uid {
 		gctx, cancel := context.WithTimeout(ctx, a.cfg.OpTimeout)
-		pvc, err := a.client.CoreV1().PersistentVolumeClaims(ref.Namespace).Get(gctx, ref.Name, metav1.GetOptions{})
+		pvc, err := a.client.PVCs(ref.Namespace).Get(gctx, ref.Name, metav1.GetOptions{})
 		cancel()
 		switch {
 		case apierrors.IsNotFound(err):
@@ -467,7 +467,7 @@ func (a *Agent) claimGone(ctx context.Context, pv *corev1.PersistentVolume, lv *
 func (a *Agent) claimNow(ctx context.Context, pvc *corev1.PersistentVolumeClaim) (*corev1.PersistentVolumeClaim, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.OpTimeout)
 	defer cancel()
-	now, err := a.client.CoreV1().PersistentVolumeClaims(pvc.Namespace).Get(ctx, pvc.Name, metav1.GetOptions{})
+	now, err := a.client.PVCs(pvc.Namespace).Get(ctx, pvc.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil, nil

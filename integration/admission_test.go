@@ -24,6 +24,7 @@ import (
 
 	"github.com/lvm-agent/lvm-agent/integration/harness"
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
 	"github.com/lvm-agent/lvm-agent/lvmbackend/lvmdfake"
 )
 
@@ -96,11 +97,11 @@ func TestAdmission(t *testing.T) {
 	request := kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreating, kube.AnnSpec: `{"volumeGroup":"vg1","name":"x","size":4096}`})
 	created := kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreated, kube.AnnDevice: "/dev/vg1/x"}).Remove(kube.AnnError, kube.AnnReason)
 	pvcPatch := func(c kubernetes.Interface, name string, ann kube.Change) error {
-		_, err := kube.UpdatePvcWithAnnotations(ctx, c, "default", name, "", ann, nil)
+		_, err := kube.UpdatePvcWithAnnotations(ctx, clientset.Wrap(c), "default", name, "", ann, nil)
 		return err
 	}
 	pvPatch := func(c kubernetes.Interface, name string, ann kube.Change) error {
-		_, err := kube.UpdatePvWithAnnotations(ctx, c, name, "", ann, nil)
+		_, err := kube.UpdatePvWithAnnotations(ctx, clientset.Wrap(c), name, "", ann, nil)
 		return err
 	}
 	// The same annotations written through the status subresource, which
@@ -180,7 +181,7 @@ func TestAdmission(t *testing.T) {
 			return pvcPatch(bob, "adm-vol", kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreating}).Remove(kube.AnnReason, kube.AnnError, kube.AnnDevice))
 		}, ""},
 		{"a user's own labels and annotations", func() error {
-			_, err := kube.UpdatePvcWithAnnotations(ctx, alice, "default", "adm-vol", "",
+			_, err := kube.UpdatePvcWithAnnotations(ctx, clientset.Wrap(alice), "default", "adm-vol", "",
 				kube.Set(map[string]string{"example.com/note": "mine"}), kube.Set(map[string]string{"app": "db"}))
 			return err
 		}, ""},
@@ -257,11 +258,11 @@ func TestAdmission(t *testing.T) {
 			return err
 		}, ""},
 		{"the agent writes its own Node", func() error {
-			_, err := kube.UpdateNodeWithAnnotations(ctx, agentOnA, "adm-node-a", "", kube.Set(map[string]string{"example.com/capacity": "1"}))
+			_, err := kube.UpdateNodeWithAnnotations(ctx, clientset.Wrap(agentOnA), "adm-node-a", "", kube.Set(map[string]string{"example.com/capacity": "1"}))
 			return err
 		}, ""},
 		{"the agent writes another Node", func() error {
-			_, err := kube.UpdateNodeWithAnnotations(ctx, agentOnA, "adm-node-b", "", kube.Set(map[string]string{"example.com/capacity": "1"}))
+			_, err := kube.UpdateNodeWithAnnotations(ctx, clientset.Wrap(agentOnA), "adm-node-b", "", kube.Set(map[string]string{"example.com/capacity": "1"}))
 			return err
 		}, deniedNode + "the lvm-agent agent may update only the Node it runs on: " + agentUser + " runs on Node adm-node-a and may not update Node adm-node-b"},
 		{"the agent writes another Node through its status subresource", func() error {
@@ -282,11 +283,11 @@ func TestAdmission(t *testing.T) {
 			return err
 		}, ""},
 		{"the agent with a token bound to no Pod writes a Node", func() error {
-			_, err := kube.UpdateNodeWithAnnotations(ctx, unboundAgent, "adm-node-a", "", kube.Set(map[string]string{"example.com/capacity": "2"}))
+			_, err := kube.UpdateNodeWithAnnotations(ctx, clientset.Wrap(unboundAgent), "adm-node-a", "", kube.Set(map[string]string{"example.com/capacity": "2"}))
 			return err
 		}, deniedNode + "the lvm-agent agent may update only the Node it runs on: " + agentUser + " has a token bound to no Node (not a Pod's token) and may not update Node adm-node-a"},
 		{"another service account writes a Node", func() error {
-			_, err := kube.UpdateNodeWithAnnotations(ctx, provisioner, "adm-node-b", "", kube.Set(map[string]string{"example.com/other": "1"}))
+			_, err := kube.UpdateNodeWithAnnotations(ctx, clientset.Wrap(provisioner), "adm-node-b", "", kube.Set(map[string]string{"example.com/other": "1"}))
 			return err
 		}, ""},
 	} {
@@ -329,7 +330,7 @@ func TestAdmission(t *testing.T) {
 	claim := harness.PVC(t, admin, "default", "adm-real", "adm-node-a")
 	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	require.NoError(t, kube.CreateVolumeWithAnnotations(waitCtx, provisioner, "default", "adm-real", spec("adm-real", "4Mi"), nil))
+	require.NoError(t, kube.CreateVolumeWithAnnotations(waitCtx, clientset.Wrap(provisioner), "default", "adm-real", spec("adm-real", "4Mi"), nil))
 	_, err = admin.CoreV1().PersistentVolumes().Create(ctx, harness.NewPV("adm-real-pv", "adm-node-a", kube.DefaultDriver, claim, ""), metav1.CreateOptions{})
 	require.NoError(t, err)
 	// As in a cluster: the claim is gone before its volume is deleted (no
@@ -340,7 +341,7 @@ func TestAdmission(t *testing.T) {
 	if !apierrors.IsNotFound(err) {
 		require.NoError(t, err)
 	}
-	require.NoError(t, kube.DeleteVolumeWithAnnotations(waitCtx, provisioner, "adm-real-pv", "vg1", "adm-real", nil))
+	require.NoError(t, kube.DeleteVolumeWithAnnotations(waitCtx, clientset.Wrap(provisioner), "adm-real-pv", "vg1", "adm-real", nil))
 	lvs, err := lvm.List("vg1")
 	require.NoError(t, err)
 	assert.Empty(t, lvs)

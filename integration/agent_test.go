@@ -17,6 +17,7 @@ import (
 	"github.com/lvm-agent/lvm-agent/agent"
 	"github.com/lvm-agent/lvm-agent/integration/harness"
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
 )
 
 func TestCreate(t *testing.T) {
@@ -44,7 +45,7 @@ func TestCreateRerequest(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, answered.ResourceVersion, pvc.ResourceVersion, "nothing written")
 	// A provisioner that writes the request again anyway: same answer, no second LV.
-	_, err = kube.UpdatePvcWithAnnotations(ctx, cp.Client, "default", "again", "", kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreating}), nil)
+	_, err = kube.UpdatePvcWithAnnotations(ctx, clientset.Wrap(cp.Client), "default", "again", "", kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreating}), nil)
 	require.NoError(t, err)
 	harness.WaitFor(t, 30*time.Second, func(ctx context.Context) (metav1.Object, error) {
 		return cp.Client.CoreV1().PersistentVolumeClaims("default").Get(ctx, "again", metav1.GetOptions{})
@@ -56,7 +57,7 @@ func TestIgnoredRequests(t *testing.T) {
 	n := startNode(t)
 	rawRequest(t, cp.Client, "default", "other-node", "node-elsewhere", `{"volumeGroup":"vg1","name":"x1","size":4096}`, false)
 	harness.PVC(t, cp.Client, "default", "no-lifecycle", n.name)
-	_, err := kube.UpdatePvcWithAnnotations(context.Background(), cp.Client, "default", "no-lifecycle", "",
+	_, err := kube.UpdatePvcWithAnnotations(context.Background(), clientset.Wrap(cp.Client), "default", "no-lifecycle", "",
 		kube.Set(map[string]string{kube.AnnSpec: `{"volumeGroup":"vg1","name":"x2","size":4096}`}), nil)
 	require.NoError(t, err)
 	// A request of ours written afterwards is answered: the agent saw the others by then.
@@ -266,7 +267,7 @@ func TestSIGTERM(t *testing.T) {
 func deleteVolume(t *testing.T, pv, vg, lv string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	err := kube.DeleteVolumeWithAnnotations(ctx, cp.Client, pv, vg, lv, nil)
+	err := kube.DeleteVolumeWithAnnotations(ctx, clientset.Wrap(cp.Client), pv, vg, lv, nil)
 	if errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("no answer for PV %s", pv)
 	}

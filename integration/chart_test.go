@@ -27,6 +27,7 @@ import (
 
 	"github.com/lvm-agent/lvm-agent/integration/harness"
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
 )
 
 var chartDir = filepath.Join("..", "charts", "lvm-agent")
@@ -345,7 +346,7 @@ func TestChartAdmissionEnforced(t *testing.T) {
 	request := kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreating, kube.AnnSpec: `{"volumeGroup":"vg1","name":"x","size":4096}`})
 	created := kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreated, kube.AnnDevice: "/dev/vg1/x"})
 	patch := func(user string, ann kube.Change) error {
-		_, err := kube.UpdatePvcWithAnnotations(ctx, impersonate(t, acp, user), "default", "chart-vol", "", ann, nil)
+		_, err := kube.UpdatePvcWithAnnotations(ctx, clientset.Wrap(impersonate(t, acp, user)), "default", "chart-vol", "", ann, nil)
 		return err
 	}
 	// The policies take effect a moment after they are stored.

@@ -212,7 +212,7 @@ func checkThickClones(t *testing.T, objs []*unstructured.Unstructured) {
 	require.NotNil(t, v.HostPath)
 	assert.Equal(t, "/dev", v.HostPath.Path)
 	// Room for eight copies' buffers at once (make bench-memory).
-	assert.Equal(t, "448Mi", agentC.Resources.Limits.Memory().String(), "the agent's memory limit with thick clones")
+	assert.Equal(t, "400Mi", agentC.Resources.Limits.Memory().String(), "the agent's memory limit with thick clones")
 }
 
 // checkClones: deploy/overlays/clones, the sidecar deployment with a thin

@@ -17,6 +17,7 @@ import (
 	"github.com/lvm-agent/lvm-agent/agent"
 	"github.com/lvm-agent/lvm-agent/integration/harness"
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
 )
 
 // Specs are written by whoever may edit a PVC or PV. Hostile ones must end
@@ -130,7 +131,7 @@ func TestHostileSpecs(t *testing.T) {
 			pv := fmt.Sprintf("hostile-%02d", i)
 			_, err := cp.Client.CoreV1().PersistentVolumes().Create(context.Background(), harness.NewPV(pv, n.name, kube.DefaultDriver, nil, ""), metav1.CreateOptions{})
 			require.NoError(t, err)
-			_, err = kube.UpdatePvWithAnnotations(context.Background(), cp.Client, pv, "",
+			_, err = kube.UpdatePvWithAnnotations(context.Background(), clientset.Wrap(cp.Client), pv, "",
 				kube.Set(map[string]string{kube.AnnLifecycle: kube.StateDeleting, kube.AnnSpec: tc.spec}),
 				kube.Set(map[string]string{kube.LabelNode: kube.NodeLabelValue(n.name)}))
 			require.NoError(t, err)

@@ -13,6 +13,8 @@ import (
 
 	"github.com/lvm-agent/lvm-agent/integration/harness"
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
+	"github.com/lvm-agent/lvm-agent/provisioner"
 )
 
 // The provisioner's labeller and a hybrid agent against a real API server:
@@ -26,7 +28,7 @@ func TestLabellerHybrid(t *testing.T) {
 	// Unlabelled, and no request: another driver's claim, an answered one.
 	harness.PVC(t, cp.Client, ns, "lb-foreign", "node-elsewhere")
 	rawRequest(t, cp.Client, ns, "lb-answered", "node-elsewhere", `{"volumeGroup":"vg1","name":"x","size":4096}`, false)
-	_, err := kube.UpdatePvcWithAnnotations(ctx, cp.Client, ns, "lb-answered", "", kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreated}), nil)
+	_, err := kube.UpdatePvcWithAnnotations(ctx, clientset.Wrap(cp.Client), ns, "lb-answered", "", kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreated}), nil)
 	require.NoError(t, err)
 	versions := map[string]string{}
 	for _, name := range []string{"lb-foreign", "lb-answered"} {
@@ -38,7 +40,10 @@ func TestLabellerHybrid(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	done := make(chan struct{})
 	lease := kube.LeaseRef{Namespace: ns, Name: "lb-labeller"}
-	go func() { kube.NewLabeller(cp.Client, reg).WithLease(lease, "lb").Run(ctx, 2); close(done) }()
+	go func() {
+		kube.NewLabeller(clientset.Wrap(cp.Client), reg).WithLease(provisioner.LabellerLease(cp.Client, lease, "lb")).Run(ctx, 2)
+		close(done)
+	}()
 	defer func() { cancel(); <-done }()
 
 	addr := harness.FreeAddr(t)
@@ -56,7 +61,7 @@ func TestLabellerHybrid(t *testing.T) {
 	// Written after the agent's only sweep: only the label brings them.
 	rawRequest(t, cp.Client, ns, "lb-unlabelled", n.name, `{"volumeGroup":"vg1","name":"lb-lv","size":4194304}`, false)
 	pv := harness.PV(t, cp.Client, "lb-pv", n.name, kube.DefaultDriver, nil)
-	_, err = kube.UpdatePvWithAnnotations(ctx, cp.Client, pv.Name, "",
+	_, err = kube.UpdatePvWithAnnotations(ctx, clientset.Wrap(cp.Client), pv.Name, "",
 		kube.Set(map[string]string{kube.AnnLifecycle: kube.StateDeleting, kube.AnnSpec: "vg1/absent"}), nil)
 	require.NoError(t, err)
 	harness.WaitFor(t, 30*time.Second, func(ctx context.Context) (metav1.Object, error) {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/lvm-agent/lvm-agent/integration/harness"
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
 	"github.com/lvm-agent/lvm-agent/lvmbackend/lvmdfake"
 )
 
@@ -74,7 +75,7 @@ func (n *node) create(t *testing.T, ns, pvc string, spec kube.CreateSpec) error 
 func (n *node) request(t *testing.T, ns, pvc string, spec kube.CreateSpec) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return kube.CreateVolumeWithAnnotations(ctx, cp.Client, ns, pvc, spec, nil)
+	return kube.CreateVolumeWithAnnotations(ctx, clientset.Wrap(cp.Client), ns, pvc, spec, nil)
 }
 
 func (n *node) lvs(t *testing.T, class string) []lvmdfake.LV {
@@ -106,7 +107,7 @@ func rawRequest(t *testing.T, c kubernetes.Interface, ns, pvc, node, spec string
 	if labelled {
 		labels = kube.Set(map[string]string{kube.LabelNode: kube.NodeLabelValue(node)})
 	}
-	_, err := kube.UpdatePvcWithAnnotations(context.Background(), c, ns, pvc, "",
+	_, err := kube.UpdatePvcWithAnnotations(context.Background(), clientset.Wrap(c), ns, pvc, "",
 		kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreating, kube.AnnSpec: spec}), labels)
 	require.NoError(t, err)
 }

@@ -18,6 +18,8 @@ import (
 
 	"github.com/lvm-agent/lvm-agent/integration/harness"
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
+	"github.com/lvm-agent/lvm-agent/provisioner"
 )
 
 // originalWait is how long a provisioner of the original design waits for
@@ -165,7 +167,7 @@ func labeller(t *testing.T, lease kube.LeaseRef) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
-		kube.NewLabeller(cp.Client, prometheus.NewRegistry()).WithLease(lease, "test-"+sanitize(t.Name())).Run(ctx, 2)
+		kube.NewLabeller(clientset.Wrap(cp.Client), prometheus.NewRegistry()).WithLease(provisioner.LabellerLease(cp.Client, lease, "test-"+sanitize(t.Name()))).Run(ctx, 2)
 		close(done)
 	}()
 	var once sync.Once

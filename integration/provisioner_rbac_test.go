@@ -20,6 +20,7 @@ import (
 
 	"github.com/lvm-agent/lvm-agent/integration/harness"
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
 	"github.com/lvm-agent/lvm-agent/lvmbackend/lvmdfake"
 )
 
@@ -99,7 +100,7 @@ func TestProvisionerRBAC(t *testing.T) {
 	// gets the node's label (the binary's code path, under the role).
 	t.Run("labels an unlabelled request", func(t *testing.T) {
 		harness.PVC(t, admin, "default", "prov-unlabelled", node.Name)
-		_, err := kube.UpdatePvcWithAnnotations(ctx, admin, "default", "prov-unlabelled", "",
+		_, err := kube.UpdatePvcWithAnnotations(ctx, clientset.Wrap(admin), "default", "prov-unlabelled", "",
 			kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreating, kube.AnnSpec: `{"volumeGroup":"vg1","name":"prov-unl","size":4194304}`}), nil)
 		require.NoError(t, err)
 		require.NoError(t, wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {

@@ -37,6 +37,7 @@ import (
 	"github.com/lvm-agent/lvm-agent/agent"
 	"github.com/lvm-agent/lvm-agent/integration/harness"
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
 	"github.com/lvm-agent/lvm-agent/lvmbackend/lvmdfake"
 )
 
@@ -119,14 +120,14 @@ func TestRBAC(t *testing.T) {
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		pvc := harness.PVC(t, admin, "default", "rbac-vol", nodeName)
-		require.NoError(t, kube.CreateVolumeWithAnnotations(ctx, admin, "default", "rbac-vol", spec("rbac-vol", "4Mi"), nil))
+		require.NoError(t, kube.CreateVolumeWithAnnotations(ctx, clientset.Wrap(admin), "default", "rbac-vol", spec("rbac-vol", "4Mi"), nil))
 		assert.Equal(t, []string{"rbac-vol"}, lvNames())
 		_, err := admin.CoreV1().PersistentVolumes().Create(ctx, harness.NewPV("rbac-pv", nodeName, kube.DefaultDriver, pvc, ""), metav1.CreateOptions{})
 		require.NoError(t, err)
 		// The agent reads the claim (its role may get PVCs): still there, refused.
-		require.ErrorIs(t, kube.DeleteVolumeWithAnnotations(ctx, admin, "rbac-pv", "vg1", "rbac-vol", nil), kube.ErrClaimInUse)
+		require.ErrorIs(t, kube.DeleteVolumeWithAnnotations(ctx, clientset.Wrap(admin), "rbac-pv", "vg1", "rbac-vol", nil), kube.ErrClaimInUse)
 		harness.DeleteClaim(t, admin, pvc)
-		require.NoError(t, kube.DeleteVolumeWithAnnotations(ctx, admin, "rbac-pv", "vg1", "rbac-vol", nil))
+		require.NoError(t, kube.DeleteVolumeWithAnnotations(ctx, clientset.Wrap(admin), "rbac-pv", "vg1", "rbac-vol", nil))
 		assert.Empty(t, lvNames())
 	})
 
@@ -139,7 +140,7 @@ func TestRBAC(t *testing.T) {
 		}, func(a map[string]string) bool { return a[kube.AnnLifecycle] != kube.StateCreating })
 		assert.Equal(t, kube.StateCreated, ann[kube.AnnLifecycle], "error: %s", ann[kube.AnnError])
 		// Labelled now, it leaves the watch, which reads it once more (get).
-		_, err := kube.UpdatePvcWithAnnotations(ctx, admin, "default", "rbac-unlabelled", "", nil,
+		_, err := kube.UpdatePvcWithAnnotations(ctx, clientset.Wrap(admin), "default", "rbac-unlabelled", "", nil,
 			kube.Set(map[string]string{kube.LabelNode: kube.NodeLabelValue(nodeName)}))
 		require.NoError(t, err)
 		time.Sleep(3 * 500 * time.Millisecond) // three sweeps

@@ -16,6 +16,7 @@ import (
 
 	"github.com/lvm-agent/lvm-agent/integration/harness"
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
 )
 
 // The three watch modes against a real API server: what each one receives,
@@ -71,7 +72,7 @@ func TestWatchModes(t *testing.T) {
 			// The original provisioner: no label.
 			rawRequest(t, cp.Client, ns, prefix+"-unlabelled", n.name, `{"volumeGroup":"vg1","name":"`+prefix+`-lv2","size":4194304}`, false)
 			pv := harness.PV(t, cp.Client, prefix+"-pv", n.name, kube.DefaultDriver, nil)
-			_, err := kube.UpdatePvWithAnnotations(ctx, cp.Client, pv.Name, "",
+			_, err := kube.UpdatePvWithAnnotations(ctx, clientset.Wrap(cp.Client), pv.Name, "",
 				kube.Set(map[string]string{kube.AnnLifecycle: kube.StateDeleting, kube.AnnSpec: "vg1/absent"}), nil)
 			require.NoError(t, err)
 			getPVC := func(ctx context.Context) (metav1.Object, error) {

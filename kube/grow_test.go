@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
 )
 
 func TestParseGrowSpec(t *testing.T) {
@@ -59,7 +61,7 @@ func TestExpandVolume(t *testing.T) {
 	ask := func() chan result {
 		done := make(chan result, 1)
 		go func() {
-			size, err := ExpandVolumeWithAnnotations(ctx, c, "pv", CreateSpec{VolumeGroup: "vg0", Name: "pvc-1", Size: 256 << 20}, nil)
+			size, err := ExpandVolumeWithAnnotations(ctx, clientset.Wrap(c), "pv", CreateSpec{VolumeGroup: "vg0", Name: "pvc-1", Size: 256 << 20}, nil)
 			done <- result{size, err}
 		}()
 		select {

@@ -1,16 +1,17 @@
 package kube
 
 import (
+	"context"
 	"fmt"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/lvm-agent/lvm-agent/kube/apiclient"
 )
 
 // WatchMode chooses what the agent's informers ask the API server for.
@@ -44,9 +45,37 @@ func ParseWatchMode(s string) (WatchMode, error) {
 
 // Informers are the agent's PVC and PV informers.
 type Informers struct {
-	Factory informers.SharedInformerFactory
-	PVC     cache.SharedIndexInformer
-	PV      cache.SharedIndexInformer
+	PVC cache.SharedIndexInformer
+	PV  cache.SharedIndexInformer
+}
+
+// Start runs the informers until ctx ends.
+func (i *Informers) Start(ctx context.Context) {
+	go i.PVC.RunWithContext(ctx)
+	go i.PV.RunWithContext(ctx)
+}
+
+// NewInformer is an informer of r's objects (obj is the kind's zero value),
+// listed and watched with tweak's options, without resync: client-go's
+// informer factory does this for a clientset; the agent's client is not one
+// (package apiclient). c is the client r comes from: a fake clientset's
+// informers do not ask for streamed lists, which its watch cannot serve.
+func NewInformer[T runtime.Object, L runtime.Object](c apiclient.Interface, r apiclient.Resource[T, L], obj T, tweak func(*metav1.ListOptions)) cache.SharedIndexInformer {
+	if tweak == nil {
+		tweak = func(*metav1.ListOptions) {}
+	}
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			tweak(&o)
+			return r.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			tweak(&o)
+			return r.Watch(ctx, o)
+		},
+	}
+	return cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, c), obj, 0,
+		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 }
 
 // InformerOption adjusts NewInformers.
@@ -74,20 +103,23 @@ func WithMetrics(m *ClientMetrics) InformerOption {
 // NewInformers builds the informers for a node. The cached objects are
 // trimmed to what the agent reads, which keeps memory flat when every PVC of
 // a large cluster is watched.
-func NewInformers(c kubernetes.Interface, node string, mode WatchMode, opts ...InformerOption) *Informers {
+func NewInformers(c apiclient.Interface, node string, mode WatchMode, opts ...InformerOption) *Informers {
 	cfg := informerConfig{}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	fopts := []informers.SharedInformerOption{informers.WithTransform(cfg.transform)}
+	var tweak func(*metav1.ListOptions)
 	if mode == WatchLabelled || mode == WatchHybrid {
 		sel := NodeSelector(node)
-		fopts = append(fopts, informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = sel }))
+		tweak = func(o *metav1.ListOptions) { o.LabelSelector = sel }
 	}
 	// No resync: every request arrives as an event, and the agent's own
 	// retries come from its work queue, not from rescans.
-	f := informers.NewSharedInformerFactoryWithOptions(c, time.Duration(0), fopts...)
-	inf := &Informers{Factory: f, PVC: f.Core().V1().PersistentVolumeClaims().Informer(), PV: f.Core().V1().PersistentVolumes().Informer()}
+	inf := &Informers{PVC: NewInformer(c, c.PVCs(""), &corev1.PersistentVolumeClaim{}, tweak),
+		PV: NewInformer(c, c.PVs(), &corev1.PersistentVolume{}, tweak)}
+	// Errors only come from a started informer; these are new.
+	_ = inf.PVC.SetTransform(cfg.transform)
+	_ = inf.PV.SetTransform(cfg.transform)
 	if cfg.metrics != nil {
 		// Errors only come from a stopped informer; these are new.
 		_, _ = inf.PVC.AddEventHandler(counter{cfg, SourceInformer})
@@ -113,11 +145,11 @@ func (c informerConfig) transform(obj any) (any, error) {
 		switch o := obj.(type) {
 		case *corev1.PersistentVolumeClaim:
 			if !c.owner.OwnsPVC(o) && !c.owner.Misdirected(o) {
-				return &corev1.PersistentVolumeClaim{ObjectMeta: stubMeta(o.ObjectMeta)}, nil
+				return Stub(o), nil
 			}
 		case *corev1.PersistentVolume:
 			if !c.owner.OwnsPV(o) && !c.owner.Misdirected(o) {
-				return &corev1.PersistentVolume{ObjectMeta: stubMeta(o.ObjectMeta)}, nil
+				return Stub(o), nil
 			}
 		}
 	}
@@ -203,6 +235,19 @@ func only(m map[string]string, keys []string) map[string]string {
 		}
 	}
 	return out
+}
+
+// Stub is a PVC or PV reduced to its name, namespace, UID and
+// resourceVersion: what a cache holds of an object that is not the agent's.
+// Anything else is returned as it is.
+func Stub(obj any) any {
+	switch o := obj.(type) {
+	case *corev1.PersistentVolumeClaim:
+		return &corev1.PersistentVolumeClaim{ObjectMeta: stubMeta(o.ObjectMeta)}
+	case *corev1.PersistentVolume:
+		return &corev1.PersistentVolume{ObjectMeta: stubMeta(o.ObjectMeta)}
+	}
+	return obj
 }
 
 func stubMeta(m metav1.ObjectMeta) metav1.ObjectMeta {

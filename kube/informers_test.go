@@ -15,6 +15,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
 )
 
 func TestParseWatchMode(t *testing.T) {
@@ -122,13 +124,12 @@ func TestInformerSelectors(t *testing.T) {
 				selectors[a.GetResource().Resource] = a.(k8stesting.ListAction).GetListRestrictions().Labels.String()
 				return false, nil, nil
 			})
-			inf := NewInformers(c, "node-a", mode)
+			inf := NewInformers(clientset.Wrap(c), "node-a", mode)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			inf.Factory.Start(ctx.Done())
+			inf.Start(ctx)
 			require.True(t, cache.WaitForCacheSync(ctx.Done(), inf.PVC.HasSynced, inf.PV.HasSynced))
 			cancel()
-			inf.Factory.Shutdown()
 			mu.Lock()
 			defer mu.Unlock()
 			assert.Equal(t, map[string]string{"persistentvolumeclaims": want, "persistentvolumes": want}, selectors)

@@ -10,13 +10,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
-	"k8s.io/component-helpers/apimachinery/lease"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/clock"
+
+	"github.com/lvm-agent/lvm-agent/kube/apiclient"
 )
 
 // The Labeller gives the requests of provisioners that do not label (one
@@ -37,15 +35,20 @@ import (
 // version it read: a conflict is read again, a deleted or labelled object is
 // dropped.
 type Labeller struct {
-	client   kubernetes.Interface
-	factory  informers.SharedInformerFactory
+	client   apiclient.Interface
 	pvcs     cache.SharedIndexInformer
 	pvs      cache.SharedIndexInformer
 	queue    workqueue.TypedRateLimitingInterface[labelKey]
 	labelled *prometheus.CounterVec
-	// lease, when set, is renewed while the labeller runs (see unlabelled.go).
-	lease  *LeaseRef
-	holder string
+	// lease, when set, holds the labeller's Lease while it runs (see unlabelled.go).
+	lease Heartbeat
+}
+
+// A Heartbeat holds a Lease while it runs and deletes it on Stop:
+// component-helpers' lease controller (provisioner.LabellerLease).
+type Heartbeat interface {
+	Run(ctx context.Context)
+	Stop()
 }
 
 type labelKey struct {
@@ -55,24 +58,21 @@ type labelKey struct {
 
 // NewLabeller makes a labeller; Run starts it. reg, when set, registers its
 // metrics.
-func NewLabeller(c kubernetes.Interface, reg prometheus.Registerer) *Labeller {
-	f := informers.NewSharedInformerFactoryWithOptions(c, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = UnlabelledSelector() }),
-		informers.WithTransform(func(obj any) (any, error) {
-			switch o := obj.(type) {
-			case *corev1.PersistentVolumeClaim:
-				if _, _, ok := Route(o); !ok {
-					return &corev1.PersistentVolumeClaim{ObjectMeta: stubMeta(o.ObjectMeta)}, nil
-				}
-			case *corev1.PersistentVolume:
-				if _, _, ok := Route(o); !ok {
-					return &corev1.PersistentVolume{ObjectMeta: stubMeta(o.ObjectMeta)}, nil
-				}
-			}
-			return trim(obj)
-		}))
-	l := &Labeller{client: c, factory: f,
-		pvcs: f.Core().V1().PersistentVolumeClaims().Informer(), pvs: f.Core().V1().PersistentVolumes().Informer(),
+func NewLabeller(c apiclient.Interface, reg prometheus.Registerer) *Labeller {
+	unlabelled := func(o *metav1.ListOptions) { o.LabelSelector = UnlabelledSelector() }
+	transform := func(obj any) (any, error) {
+		if _, _, ok := Route(obj); !ok {
+			return Stub(obj), nil
+		}
+		return trim(obj)
+	}
+	pvcs := NewInformer(c, c.PVCs(""), &corev1.PersistentVolumeClaim{}, unlabelled)
+	pvs := NewInformer(c, c.PVs(), &corev1.PersistentVolume{}, unlabelled)
+	for _, i := range []cache.SharedIndexInformer{pvcs, pvs} {
+		// Errors only come from a started informer; these are new.
+		_ = i.SetTransform(transform)
+	}
+	l := &Labeller{client: c, pvcs: pvcs, pvs: pvs,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[labelKey](100*time.Millisecond, time.Minute),
 			workqueue.TypedRateLimitingQueueConfig[labelKey]{Name: "labeller"}),
@@ -98,11 +98,11 @@ func NewLabeller(c kubernetes.Interface, reg prometheus.Registerer) *Labeller {
 	return l
 }
 
-// WithLease has the labeller hold the Lease ref (as holder) from the moment
-// its caches have synced until it stops, so that hybrid-mode agents know that
-// it runs (LabellerPresence).
-func (l *Labeller) WithLease(ref LeaseRef, holder string) *Labeller {
-	l.lease, l.holder = &ref, holder
+// WithLease has the labeller run hb, the heartbeat of its Lease, from the
+// moment its caches have synced until it stops, so that hybrid-mode agents
+// know that it runs (LabellerPresence).
+func (l *Labeller) WithLease(hb Heartbeat) *Labeller {
+	l.lease = hb
 	return l
 }
 
@@ -116,20 +116,15 @@ func (l *Labeller) enqueue(pv bool, obj any) {
 func (l *Labeller) Run(ctx context.Context, workers int) {
 	defer l.queue.ShutDown()
 	klog.InfoS("Labelling the requests of provisioners that do not label", "selector", UnlabelledSelector(), "label", LabelNode)
-	l.factory.Start(ctx.Done())
-	defer l.factory.Shutdown()
+	go l.pvcs.RunWithContext(ctx)
+	go l.pvs.RunWithContext(ctx)
 	if !cache.WaitForCacheSync(ctx.Done(), l.pvcs.HasSynced, l.pvs.HasSynced) {
 		return
 	}
 	if l.lease != nil {
-		// component-helpers' heartbeat Lease, as kubelet's Node Lease: renewed
-		// every quarter of its duration; Stop deletes it, so that the agents
-		// take over at once rather than after its duration.
-		hb := lease.NewController(clock.RealClock{}, l.client, l.holder, int32(LabellerLeaseDuration/time.Second), nil,
-			LabellerLeaseDuration/4, l.lease.Name, l.lease.Namespace, nil)
-		klog.InfoS("Holding the labeller's Lease while labelling", "lease", l.lease, "duration", LabellerLeaseDuration)
-		go hb.Run(ctx)
-		defer hb.Stop()
+		klog.InfoS("Holding the labeller's Lease while labelling", "duration", LabellerLeaseDuration)
+		go l.lease.Run(ctx)
+		defer l.lease.Stop()
 	}
 	for range max(workers, 1) {
 		go wait.UntilWithContext(ctx, func(ctx context.Context) {
@@ -211,9 +206,9 @@ func (l *Labeller) get(ctx context.Context, k labelKey) (runtime.Object, error) 
 		return nil, err
 	}
 	if k.pv {
-		return l.client.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
+		return l.client.PVs().Get(ctx, name, metav1.GetOptions{})
 	}
-	return l.client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+	return l.client.PVCs(ns).Get(ctx, name, metav1.GetOptions{})
 }
 
 // nodeOfHostname is the Node whose kubernetes.io/hostname label is host: a

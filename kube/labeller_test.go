@@ -19,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
 )
 
 func localPV(name, host, lifecycle string) *corev1.PersistentVolume {
@@ -88,7 +90,7 @@ func TestLabeller(t *testing.T) {
 	)
 	filterWatches(c)
 	reg := prometheus.NewRegistry()
-	l := NewLabeller(c, reg)
+	l := NewLabeller(clientset.Wrap(c), reg)
 	done := make(chan struct{})
 	go func() { l.Run(ctx, 2); close(done) }()
 	defer func() { cancel(); <-done }()
@@ -164,7 +166,7 @@ func TestLabellerConflict(t *testing.T) {
 		return true, nil, apierrors.NewConflict(gvr.GroupResource(), "raced", nil)
 	})
 	reg := prometheus.NewRegistry()
-	l := NewLabeller(c, reg)
+	l := NewLabeller(clientset.Wrap(c), reg)
 	done := make(chan struct{})
 	go func() { l.Run(ctx, 1); close(done) }()
 	defer func() { cancel(); <-done }()

@@ -6,7 +6,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
+
+	"github.com/lvm-agent/lvm-agent/kube/apiclient"
 )
 
 // AnnNodeLost is written by the provisioner's leader on a claim it keeps
@@ -21,14 +22,14 @@ func NodeLostValue(node, reason string) string { return node + ": " + reason }
 
 // MarkClaimNodeLost writes AnnNodeLost on a claim, conditional on the
 // resourceVersion it was read at: a merge patch of that one key.
-func MarkClaimNodeLost(ctx context.Context, c kubernetes.Interface, pvc *corev1.PersistentVolumeClaim, value string) error {
+func MarkClaimNodeLost(ctx context.Context, c apiclient.Interface, pvc *corev1.PersistentVolumeClaim, value string) error {
 	_, err := UpdatePvcWithAnnotations(ctx, c, pvc.Namespace, pvc.Name, pvc.ResourceVersion, Set(map[string]string{AnnNodeLost: value}), nil)
 	return err
 }
 
 // ClearClaimNodeLost removes AnnNodeLost from a claim whose node is back,
 // conditional on the resourceVersion it was read at.
-func ClearClaimNodeLost(ctx context.Context, c kubernetes.Interface, pvc *corev1.PersistentVolumeClaim) error {
+func ClearClaimNodeLost(ctx context.Context, c apiclient.Interface, pvc *corev1.PersistentVolumeClaim) error {
 	_, err := UpdatePvcWithAnnotations(ctx, c, pvc.Namespace, pvc.Name, pvc.ResourceVersion, Change{}.Remove(AnnNodeLost), nil)
 	return err
 }
@@ -37,7 +38,7 @@ func ClearClaimNodeLost(ctx context.Context, c kubernetes.Interface, pvc *corev1
 // resourceVersion it was read at. The write is also what makes the
 // provisioner library look at the PV again at once, so that a delete
 // waiting for the lost node's agent is finished without it.
-func MarkPVNodeLost(ctx context.Context, c kubernetes.Interface, pv *corev1.PersistentVolume, value string) error {
+func MarkPVNodeLost(ctx context.Context, c apiclient.Interface, pv *corev1.PersistentVolume, value string) error {
 	_, err := UpdatePvWithAnnotations(ctx, c, pv.Name, pv.ResourceVersion, Set(map[string]string{AnnNodeLost: value}), nil)
 	return err
 }
@@ -48,7 +49,7 @@ func MarkPVNodeLost(ctx context.Context, c kubernetes.Interface, pv *corev1.Pers
 // the resourceVersion it was read at. It is the hand-shake
 // sig-storage-lib-external-provisioner uses for a node without room: the
 // scheduler then picks a node again for the claim's Pod.
-func SendBackToScheduler(ctx context.Context, c kubernetes.Interface, pvc *corev1.PersistentVolumeClaim) error {
+func SendBackToScheduler(ctx context.Context, c apiclient.Interface, pvc *corev1.PersistentVolumeClaim) error {
 	var labels Change
 	if _, ok := pvc.Labels[LabelNode]; ok {
 		labels = Change{}.Remove(LabelNode)
@@ -60,9 +61,9 @@ func SendBackToScheduler(ctx context.Context, c kubernetes.Interface, pvc *corev
 // DeleteLostClaim deletes a claim, on the condition that it is still the
 // claim (UID) and the version that was decided on: a claim changed since
 // is looked at again rather than deleted.
-func DeleteLostClaim(ctx context.Context, c kubernetes.Interface, pvc *corev1.PersistentVolumeClaim) error {
+func DeleteLostClaim(ctx context.Context, c apiclient.Interface, pvc *corev1.PersistentVolumeClaim) error {
 	uid, rv := pvc.UID, pvc.ResourceVersion
-	err := c.CoreV1().PersistentVolumeClaims(pvc.Namespace).Delete(ctx, pvc.Name, metav1.DeleteOptions{
+	err := c.PVCs(pvc.Namespace).Delete(ctx, pvc.Name, metav1.DeleteOptions{
 		Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}})
 	if err != nil {
 		return fmt.Errorf("delete PVC %s/%s: %w", pvc.Namespace, pvc.Name, err)

@@ -11,8 +11,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
+
+	"github.com/lvm-agent/lvm-agent/kube/apiclient"
 )
 
 // Node identifies one agent: its node name, its Node's kubernetes.io/hostname
@@ -30,7 +31,7 @@ type Node struct {
 // nil when the Node has no such label). The agent reads it once at start: a
 // local PV's node affinity names that label's value, which may differ from
 // the node name.
-func NodeHostname(ctx context.Context, c kubernetes.Interface, name string) (string, error) {
+func NodeHostname(ctx context.Context, c apiclient.Interface, name string) (string, error) {
 	var node *corev1.Node
 	backoff := wait.Backoff{Steps: 5, Duration: 200 * time.Millisecond, Factor: 2}
 	transient := func(err error) bool { return !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) }
@@ -38,7 +39,7 @@ func NodeHostname(ctx context.Context, c kubernetes.Interface, name string) (str
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		var err error
-		node, err = c.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		node, err = c.Nodes().Get(ctx, name, metav1.GetOptions{})
 		return err
 	})
 	if err != nil {
@@ -165,8 +166,8 @@ func LocalPVHostname(pv *corev1.PersistentVolume) (string, bool) {
 
 // NodesOfHostname is the Nodes whose kubernetes.io/hostname label is host
 // (kubelet's --hostname-override makes it differ from the node name).
-func NodesOfHostname(ctx context.Context, c kubernetes.Interface, host string) ([]corev1.Node, error) {
-	nodes, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{
+func NodesOfHostname(ctx context.Context, c apiclient.Interface, host string) ([]corev1.Node, error) {
+	nodes, err := c.Nodes().List(ctx, metav1.ListOptions{
 		LabelSelector: labels.Set{corev1.LabelHostname: host}.AsSelector().String()})
 	if err != nil {
 		return nil, fmt.Errorf("list the Nodes of hostname %s: %w", host, err)

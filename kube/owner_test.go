@@ -10,6 +10,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
 )
 
 func TestOwnsPVC(t *testing.T) {
@@ -149,12 +151,12 @@ func TestNodeHostname(t *testing.T) {
 	c := fake.NewClientset(
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a", Labels: map[string]string{corev1.LabelHostname: "host-a"}}},
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-b"}})
-	got, err := NodeHostname(context.Background(), c, "node-a")
+	got, err := NodeHostname(context.Background(), clientset.Wrap(c), "node-a")
 	require.NoError(t, err)
 	assert.Equal(t, "host-a", got)
-	got, err = NodeHostname(context.Background(), c, "node-b")
+	got, err = NodeHostname(context.Background(), clientset.Wrap(c), "node-b")
 	require.NoError(t, err)
 	assert.Empty(t, got, "no label")
-	_, err = NodeHostname(context.Background(), c, "node-c")
+	_, err = NodeHostname(context.Background(), clientset.Wrap(c), "node-c")
 	assert.True(t, apierrors.IsNotFound(err), "a missing Node is not retried: %v", err)
 }

@@ -10,7 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
+
+	"github.com/lvm-agent/lvm-agent/kube/apiclient"
 )
 
 // This file is the only place that writes annotations and labels: every write
@@ -86,27 +87,27 @@ func patch[T any](ctx context.Context, p func(context.Context, string, types.Pat
 // UpdatePvcWithAnnotations merge-patches the given annotations (and labels,
 // which may be nil) of a PVC and returns the PVC as the API server stored it.
 // resourceVersion, when not empty, is a precondition.
-func UpdatePvcWithAnnotations(ctx context.Context, c kubernetes.Interface, namespace, name, resourceVersion string, annotations, labels Change) (*corev1.PersistentVolumeClaim, error) {
-	return patch(ctx, c.CoreV1().PersistentVolumeClaims(namespace).Patch, "PVC "+namespace+"/"+name, name, resourceVersion, annotations, labels)
+func UpdatePvcWithAnnotations(ctx context.Context, c apiclient.Interface, namespace, name, resourceVersion string, annotations, labels Change) (*corev1.PersistentVolumeClaim, error) {
+	return patch(ctx, c.PVCs(namespace).Patch, "PVC "+namespace+"/"+name, name, resourceVersion, annotations, labels)
 }
 
 // UpdatePvWithAnnotations merge-patches the given annotations (and labels) of a PV.
-func UpdatePvWithAnnotations(ctx context.Context, c kubernetes.Interface, name, resourceVersion string, annotations, labels Change) (*corev1.PersistentVolume, error) {
-	return patch(ctx, c.CoreV1().PersistentVolumes().Patch, "PV "+name, name, resourceVersion, annotations, labels)
+func UpdatePvWithAnnotations(ctx context.Context, c apiclient.Interface, name, resourceVersion string, annotations, labels Change) (*corev1.PersistentVolume, error) {
+	return patch(ctx, c.PVs().Patch, "PV "+name, name, resourceVersion, annotations, labels)
 }
 
 // UpdateNodeWithAnnotations merge-patches the given annotations of a Node
 // (the agent's capacity report). A merge patch never creates the Node, which
 // is the kubelet's to register: a missing Node is an error that
 // apierrors.IsNotFound recognizes.
-func UpdateNodeWithAnnotations(ctx context.Context, c kubernetes.Interface, name, resourceVersion string, annotations Change) (*corev1.Node, error) {
-	return patch(ctx, c.CoreV1().Nodes().Patch, "Node "+name, name, resourceVersion, annotations, nil)
+func UpdateNodeWithAnnotations(ctx context.Context, c apiclient.Interface, name, resourceVersion string, annotations Change) (*corev1.Node, error) {
+	return patch(ctx, c.Nodes().Patch, "Node "+name, name, resourceVersion, annotations, nil)
 }
 
 // NudgePod writes value as AnnResizeNudge on pod: one key, conditional on
 // the resourceVersion pod was read at.
-func NudgePod(ctx context.Context, c kubernetes.Interface, pod *corev1.Pod, value string) error {
-	_, err := patch(ctx, c.CoreV1().Pods(pod.Namespace).Patch, "Pod "+pod.Namespace+"/"+pod.Name, pod.Name, pod.ResourceVersion,
+func NudgePod(ctx context.Context, c apiclient.Interface, pod *corev1.Pod, value string) error {
+	_, err := patch(ctx, c.Pods(pod.Namespace).Patch, "Pod "+pod.Namespace+"/"+pod.Name, pod.Name, pod.ResourceVersion,
 		Set(map[string]string{AnnResizeNudge: value}), nil)
 	return err
 }
@@ -115,7 +116,7 @@ func NudgePod(ctx context.Context, c kubernetes.Interface, pod *corev1.Pod, valu
 // PV (the labeller's only write): a merge patch of that one label,
 // conditional on the resourceVersion obj was read at, so that it never lands
 // on an object changed since (a 409 the caller reads again).
-func LabelRequest(ctx context.Context, c kubernetes.Interface, obj runtime.Object, value string) error {
+func LabelRequest(ctx context.Context, c apiclient.Interface, obj runtime.Object, value string) error {
 	m, err := metaOf(obj)
 	if err != nil {
 		return err

@@ -13,9 +13,10 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
+
+	"github.com/lvm-agent/lvm-agent/kube/apiclient"
 )
 
 // Errors of the provisioner helpers. A *FailedError matches the sentinel of
@@ -78,15 +79,15 @@ type StateFunc func(state, errMsg string)
 // earlier answer), then watches the PVC until the agent answers or ctx ends.
 // A PVC that already carries lvm-agent's "created" answer to the same spec
 // from its selected node is not asked again: that answer is returned.
-func CreateVolumeWithAnnotations(ctx context.Context, c kubernetes.Interface, namespace, pvcName string, spec CreateSpec, onState StateFunc) error {
+func CreateVolumeWithAnnotations(ctx context.Context, c apiclient.Interface, namespace, pvcName string, spec CreateSpec, onState StateFunc) error {
 	_, err := CreateVolume(ctx, c, namespace, pvcName, spec, onState)
 	return err
 }
 
 // CreateVolume is CreateVolumeWithAnnotations that also returns the PVC as
 // the agent answered it, for its volume.device.
-func CreateVolume(ctx context.Context, c kubernetes.Interface, namespace, pvcName string, spec CreateSpec, onState StateFunc) (*corev1.PersistentVolumeClaim, error) {
-	pvc, err := c.CoreV1().PersistentVolumeClaims(namespace).Get(ctx, pvcName, metav1.GetOptions{})
+func CreateVolume(ctx context.Context, c apiclient.Interface, namespace, pvcName string, spec CreateSpec, onState StateFunc) (*corev1.PersistentVolumeClaim, error) {
+	pvc, err := c.PVCs(namespace).Get(ctx, pvcName, metav1.GetOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -99,7 +100,7 @@ func CreateVolume(ctx context.Context, c kubernetes.Interface, namespace, pvcNam
 // claim's resourceVersion. Anything else (the claim changed since, carries a
 // request or an answer already, or names no node) is CreateVolume, which
 // reads the claim.
-func CreateVolumeFrom(ctx context.Context, c kubernetes.Interface, pvc *corev1.PersistentVolumeClaim, spec CreateSpec, onState StateFunc) (*corev1.PersistentVolumeClaim, error) {
+func CreateVolumeFrom(ctx context.Context, c apiclient.Interface, pvc *corev1.PersistentVolumeClaim, spec CreateSpec, onState StateFunc) (*corev1.PersistentVolumeClaim, error) {
 	if pvc.Annotations[AnnLifecycle] == "" && pvc.Annotations[AnnSelectedNode] != "" && pvc.ResourceVersion != "" {
 		out, err := createVolume(ctx, c, pvc, pvc.ResourceVersion, spec, onState)
 		if !apierrors.IsConflict(err) {
@@ -111,7 +112,7 @@ func CreateVolumeFrom(ctx context.Context, c kubernetes.Interface, pvc *corev1.P
 
 // createVolume asks for spec on pvc as read; resourceVersion, when not
 // empty, is the request's precondition.
-func createVolume(ctx context.Context, c kubernetes.Interface, pvc *corev1.PersistentVolumeClaim, resourceVersion string, spec CreateSpec, onState StateFunc) (*corev1.PersistentVolumeClaim, error) {
+func createVolume(ctx context.Context, c apiclient.Interface, pvc *corev1.PersistentVolumeClaim, resourceVersion string, spec CreateSpec, onState StateFunc) (*corev1.PersistentVolumeClaim, error) {
 	namespace, pvcName := pvc.Namespace, pvc.Name
 	node := pvc.Annotations[AnnSelectedNode]
 	if node == "" {
@@ -141,7 +142,7 @@ func createVolume(ctx context.Context, c kubernetes.Interface, pvc *corev1.Persi
 	}
 	lw := &cache.ListWatch{WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", pvcName).String()
-		return c.CoreV1().PersistentVolumeClaims(namespace).Watch(ctx, o)
+		return c.PVCs(namespace).Watch(ctx, o)
 	}}
 	answered, err := waitForAnswer(ctx, lw, pvc, "PVC "+namespace+"/"+pvcName, StateCreating, onState)
 	if err != nil {
@@ -187,7 +188,7 @@ func request(state, spec string) Change {
 // asked again (the provisioner library calls Delete again for a PV that the
 // request and its answer updated, when its informer does not show the PV's
 // deletion yet).
-func DeleteVolumeWithAnnotations(ctx context.Context, c kubernetes.Interface, pvName, vg, lv string, onState StateFunc) error {
+func DeleteVolumeWithAnnotations(ctx context.Context, c apiclient.Interface, pvName, vg, lv string, onState StateFunc) error {
 	_, err := askPV(ctx, c, pvName, request(StateDeleting, vg+"/"+lv), StateDeleting, StateDeleted, onState)
 	return err
 }
@@ -196,7 +197,7 @@ func DeleteVolumeWithAnnotations(ctx context.Context, c kubernetes.Interface, pv
 // to spec.Size: it writes "expanding" and the JSON spec (and removes the
 // volume.size of an earlier answer), then watches until the answer, and
 // returns the LV's size as the agent read it after the grow.
-func ExpandVolumeWithAnnotations(ctx context.Context, c kubernetes.Interface, pvName string, spec CreateSpec, onState StateFunc) (int64, error) {
+func ExpandVolumeWithAnnotations(ctx context.Context, c apiclient.Interface, pvName string, spec CreateSpec, onState StateFunc) (int64, error) {
 	raw, err := json.Marshal(spec)
 	if err != nil {
 		return 0, err
@@ -215,8 +216,8 @@ func ExpandVolumeWithAnnotations(ctx context.Context, c kubernetes.Interface, pv
 // askPV writes a request on a PV and waits for the agent's answer. A PV
 // that already carries the answer reused (its final state, if not empty) to
 // the same spec is returned as it is, unasked.
-func askPV(ctx context.Context, c kubernetes.Interface, pvName string, req Change, pending, reused string, onState StateFunc) (*corev1.PersistentVolume, error) {
-	pv, err := c.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
+func askPV(ctx context.Context, c apiclient.Interface, pvName string, req Change, pending, reused string, onState StateFunc) (*corev1.PersistentVolume, error) {
+	pv, err := c.PVs().Get(ctx, pvName, metav1.GetOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -235,7 +236,7 @@ func askPV(ctx context.Context, c kubernetes.Interface, pvName string, req Chang
 // conditional on the PV's resourceVersion. Anything else (the PV changed
 // since, or it carries a delete request or answer) is
 // DeleteVolumeWithAnnotations, which reads the PV.
-func DeleteVolumeFrom(ctx context.Context, c kubernetes.Interface, pv *corev1.PersistentVolume, vg, lv string, onState StateFunc) error {
+func DeleteVolumeFrom(ctx context.Context, c apiclient.Interface, pv *corev1.PersistentVolume, vg, lv string, onState StateFunc) error {
 	if s := pv.Annotations[AnnLifecycle]; s != StateDeleting && s != StateDeleted && pv.ResourceVersion != "" {
 		_, err := askPVAsRead(ctx, c, pv, pv.ResourceVersion, request(StateDeleting, vg+"/"+lv), StateDeleting, onState)
 		if !apierrors.IsConflict(err) {
@@ -247,7 +248,7 @@ func DeleteVolumeFrom(ctx context.Context, c kubernetes.Interface, pv *corev1.Pe
 
 // askPVAsRead writes a request on pv as read (resourceVersion, when not
 // empty, the precondition) and waits for the agent's answer.
-func askPVAsRead(ctx context.Context, c kubernetes.Interface, pv *corev1.PersistentVolume, resourceVersion string, req Change, pending string, onState StateFunc) (*corev1.PersistentVolume, error) {
+func askPVAsRead(ctx context.Context, c apiclient.Interface, pv *corev1.PersistentVolume, resourceVersion string, req Change, pending string, onState StateFunc) (*corev1.PersistentVolume, error) {
 	pvName := pv.Name
 	// A PV labelled at creation keeps its label: a local PV's affinity names
 	// the Node's hostname label, which may differ from the node name the
@@ -264,7 +265,7 @@ func askPVAsRead(ctx context.Context, c kubernetes.Interface, pv *corev1.Persist
 	}
 	lw := &cache.ListWatch{WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", pvName).String()
-		return c.CoreV1().PersistentVolumes().Watch(ctx, o)
+		return c.PVs().Watch(ctx, o)
 	}}
 	answered, err := waitForAnswer(ctx, lw, pv, "PV "+pvName, pending, onState)
 	if err != nil {

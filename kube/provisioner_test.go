@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 
+	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
 	"github.com/lvm-agent/lvm-agent/kube/kubefake"
 )
 
@@ -50,7 +51,7 @@ func TestCreateVolumeClearsReasonAndReturnsDevice(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		p, err := CreateVolume(ctx, c, "ns", "c", CreateSpec{VolumeGroup: "vg0", Name: "pvc-1", Size: 4096}, nil)
+		p, err := CreateVolume(ctx, clientset.Wrap(c), "ns", "c", CreateSpec{VolumeGroup: "vg0", Name: "pvc-1", Size: 4096}, nil)
 		done <- result{p, err}
 	}()
 	select {
@@ -79,7 +80,7 @@ func TestDeleteVolumeClearsReason(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- DeleteVolumeWithAnnotations(ctx, c, "pv", "vg0", "pvc-1", nil) }()
+	go func() { done <- DeleteVolumeWithAnnotations(ctx, clientset.Wrap(c), "pv", "vg0", "pvc-1", nil) }()
 	select {
 	case <-watching:
 	case err := <-done:
@@ -117,7 +118,7 @@ func TestDeleteVolumeLabel(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			done := make(chan error, 1)
-			go func() { done <- DeleteVolumeWithAnnotations(ctx, c, "pv", "vg0", "pvc-1", nil) }()
+			go func() { done <- DeleteVolumeWithAnnotations(ctx, clientset.Wrap(c), "pv", "vg0", "pvc-1", nil) }()
 			<-watching
 			got, err := c.CoreV1().PersistentVolumes().Get(ctx, "pv", metav1.GetOptions{})
 			require.NoError(t, err)
@@ -147,7 +148,7 @@ func TestDeleteVolumeAskedOnce(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			done := make(chan error, 1)
-			go func() { done <- DeleteVolumeWithAnnotations(ctx, c, "pv", "vg0", "pvc-1", nil) }()
+			go func() { done <- DeleteVolumeWithAnnotations(ctx, clientset.Wrap(c), "pv", "vg0", "pvc-1", nil) }()
 			if tc.reused {
 				require.NoError(t, <-done)
 				for _, a := range c.Actions() {
@@ -180,7 +181,7 @@ func TestCreateVolumeOpenRequestNotAskedAgain(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		_, err := CreateVolume(ctx, c, "ns", "c", CreateSpec{VolumeGroup: "vg0", Name: "pvc-1", Size: 4096}, nil)
+		_, err := CreateVolume(ctx, clientset.Wrap(c), "ns", "c", CreateSpec{VolumeGroup: "vg0", Name: "pvc-1", Size: 4096}, nil)
 		done <- err
 	}()
 	<-watching
@@ -250,7 +251,7 @@ func TestVolumeFrom(t *testing.T) {
 			c, watching, ctx, rvs := fromWorld(t, pvc, changed, "persistentvolumeclaims")
 			done := make(chan error, 1)
 			go func() {
-				_, err := CreateVolumeFrom(ctx, c, read, CreateSpec{VolumeGroup: "vg0", Name: "pvc-1", Size: 4096}, nil)
+				_, err := CreateVolumeFrom(ctx, clientset.Wrap(c), read, CreateSpec{VolumeGroup: "vg0", Name: "pvc-1", Size: 4096}, nil)
 				done <- err
 			}()
 			<-watching
@@ -271,7 +272,7 @@ func TestVolumeFrom(t *testing.T) {
 			read := pv.DeepCopy()
 			c, watching, ctx, rvs := fromWorld(t, pv, changed, "persistentvolumes")
 			done := make(chan error, 1)
-			go func() { done <- DeleteVolumeFrom(ctx, c, read, "vg0", "lv", nil) }()
+			go func() { done <- DeleteVolumeFrom(ctx, clientset.Wrap(c), read, "vg0", "lv", nil) }()
 			<-watching
 			assert.Equal(t, want, verbs(c, "persistentvolumes"))
 			assert.Equal(t, "1", (*rvs)[0], "the first request is conditional on the PV as read")

@@ -13,9 +13,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+
+	"github.com/lvm-agent/lvm-agent/kube/apiclient"
 )
 
 // The hybrid watch mode's safety net. The informers watch only objects
@@ -123,7 +124,7 @@ type Sweeper struct {
 }
 
 // NewSweeper makes a sweeper; Run starts it.
-func NewSweeper(c kubernetes.Interface, target SweepTarget, cfg SweepConfig) *Sweeper {
+func NewSweeper(c apiclient.Interface, target SweepTarget, cfg SweepConfig) *Sweeper {
 	if cfg.PageSize <= 0 {
 		cfg.PageSize = 500
 	}
@@ -324,32 +325,32 @@ func objects[T any, P interface {
 	return out
 }
 
-func pvcs(c kubernetes.Interface) *unlabelled {
+func pvcs(c apiclient.Interface) *unlabelled {
 	return &unlabelled{name: "persistentvolumeclaims", prefix: "pvc/",
 		list: func(ctx context.Context, o metav1.ListOptions) ([]runtime.Object, metav1.ListMeta, error) {
-			l, err := c.CoreV1().PersistentVolumeClaims("").List(ctx, o)
+			l, err := c.PVCs("").List(ctx, o)
 			if err != nil {
 				return nil, metav1.ListMeta{}, err
 			}
 			return objects(l.Items), l.ListMeta, nil
 		},
 		get: func(ctx context.Context, ns, name string) (runtime.Object, error) {
-			return c.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+			return c.PVCs(ns).Get(ctx, name, metav1.GetOptions{})
 		},
 	}
 }
 
-func pvs(c kubernetes.Interface) *unlabelled {
+func pvs(c apiclient.Interface) *unlabelled {
 	return &unlabelled{name: "persistentvolumes", prefix: "pv/",
 		list: func(ctx context.Context, o metav1.ListOptions) ([]runtime.Object, metav1.ListMeta, error) {
-			l, err := c.CoreV1().PersistentVolumes().List(ctx, o)
+			l, err := c.PVs().List(ctx, o)
 			if err != nil {
 				return nil, metav1.ListMeta{}, err
 			}
 			return objects(l.Items), l.ListMeta, nil
 		},
 		get: func(ctx context.Context, _, name string) (runtime.Object, error) {
-			return c.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
+			return c.PVs().Get(ctx, name, metav1.GetOptions{})
 		},
 	}
 }

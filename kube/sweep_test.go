@@ -21,6 +21,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
+
+	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
 )
 
 // recorderTarget is a SweepTarget that remembers what it was given.
@@ -74,7 +76,7 @@ func TestSweep(t *testing.T) {
 	events := record.NewFakeRecorder(100)
 	metrics := NewClientMetrics()
 	reg := prometheus.NewRegistry()
-	s := NewSweeper(c, target, SweepConfig{Node: me, Interval: time.Minute, PageSize: 2, Recorder: events, Metrics: metrics, Registerer: reg})
+	s := NewSweeper(clientset.Wrap(c), target, SweepConfig{Node: me, Interval: time.Minute, PageSize: 2, Recorder: events, Metrics: metrics, Registerer: reg})
 
 	require.NoError(t, s.Sweep(ctx))
 	assert.ElementsMatch(t, []string{"ns/mine=creating", "/pv-mine=deleting"}, target.swept)
@@ -95,7 +97,7 @@ func TestSweep(t *testing.T) {
 	assert.Empty(t, events.Events)
 
 	// Answered: handed over once more, so that the agent sees the end, then dropped.
-	_, err := UpdatePvcWithAnnotations(ctx, c, "ns", "mine", "", Set(map[string]string{AnnLifecycle: StateCreated}), nil)
+	_, err := UpdatePvcWithAnnotations(ctx, clientset.Wrap(c), "ns", "mine", "", Set(map[string]string{AnnLifecycle: StateCreated}), nil)
 	require.NoError(t, err)
 	target.reset()
 	require.NoError(t, s.Sweep(ctx))
@@ -118,7 +120,7 @@ func TestSweep(t *testing.T) {
 	target.reset()
 	require.NoError(t, s.Sweep(ctx))
 	assert.Equal(t, []string{"ns/relabel=creating"}, target.swept)
-	_, err = UpdatePvcWithAnnotations(ctx, c, "ns", "relabel", "", nil, Set(map[string]string{LabelNode: "node-a"}))
+	_, err = UpdatePvcWithAnnotations(ctx, clientset.Wrap(c), "ns", "relabel", "", nil, Set(map[string]string{LabelNode: "node-a"}))
 	require.NoError(t, err)
 	target.reset()
 	require.NoError(t, s.Sweep(ctx))
@@ -140,7 +142,7 @@ func TestSweepListError(t *testing.T) {
 		return true, nil, errors.New("apiserver unavailable")
 	})
 	reg := prometheus.NewRegistry()
-	s := NewSweeper(c, &recorderTarget{}, SweepConfig{Node: Node{Name: "n"}, Registerer: reg})
+	s := NewSweeper(clientset.Wrap(c), &recorderTarget{}, SweepConfig{Node: Node{Name: "n"}, Registerer: reg})
 	require.ErrorContains(t, s.Sweep(context.Background()), "apiserver unavailable")
 	assert.Equal(t, 1.0, gather(t, reg)[key("lvm_agent_sweeps_total", "result", "error")])
 }
@@ -196,7 +198,7 @@ func TestSweeperRuns(t *testing.T) {
 	c := fake.NewClientset(sweepPVC("before", "node-a", StateCreating, nil))
 	target := &syncTarget{}
 	reg := prometheus.NewRegistry()
-	s := NewSweeper(c, target, SweepConfig{Node: Node{Name: "node-a"}, Interval: 20 * time.Millisecond, Registerer: reg})
+	s := NewSweeper(clientset.Wrap(c), target, SweepConfig{Node: Node{Name: "node-a"}, Interval: 20 * time.Millisecond, Registerer: reg})
 	done := make(chan struct{})
 	go func() { s.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
@@ -207,7 +209,7 @@ func TestSweeperRuns(t *testing.T) {
 	_, err := c.CoreV1().PersistentVolumeClaims("ns").Create(ctx, sweepPVC("after", "node-a", StateCreating, nil), metav1.CreateOptions{})
 	require.NoError(t, err)
 	require.Eventually(t, has("ns/after=creating"), 5*time.Second, 5*time.Millisecond, "found by a later list")
-	_, err = UpdatePvcWithAnnotations(ctx, c, "ns", "after", "", Set(map[string]string{AnnLifecycle: StateCreated}), Set(map[string]string{LabelNode: "node-a"}))
+	_, err = UpdatePvcWithAnnotations(ctx, clientset.Wrap(c), "ns", "after", "", Set(map[string]string{AnnLifecycle: StateCreated}), Set(map[string]string{LabelNode: "node-a"}))
 	require.NoError(t, err)
 	require.Eventually(t, has("ns/after=created"), 5*time.Second, 5*time.Millisecond, "labelled and answered: read once more")
 	require.NoError(t, c.CoreV1().PersistentVolumeClaims("ns").Delete(ctx, "before", metav1.DeleteOptions{}))

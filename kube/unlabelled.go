@@ -16,10 +16,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/lvm-agent/lvm-agent/kube/apiclient"
 )
 
 // How a hybrid-mode agent learns whether the requests of provisioners that
@@ -100,14 +100,14 @@ func leaseExpiry(l *coordinationv1.Lease, prev *coordinationv1.Lease, prevExpiry
 // LabellerPresence follows the labeller's Lease and runs watch while no
 // labeller vouches for the unlabelled requests.
 type LabellerPresence struct {
-	client kubernetes.Interface
+	client apiclient.Interface
 	lease  LeaseRef
 	watch  *UnlabelledWatch
 	synced chan struct{}
 }
 
 // NewLabellerPresence makes a presence; Run starts it.
-func NewLabellerPresence(c kubernetes.Interface, lease LeaseRef, watch *UnlabelledWatch) *LabellerPresence {
+func NewLabellerPresence(c apiclient.Interface, lease LeaseRef, watch *UnlabelledWatch) *LabellerPresence {
 	return &LabellerPresence{client: c, lease: lease, watch: watch, synced: make(chan struct{})}
 }
 
@@ -118,11 +118,9 @@ func (p *LabellerPresence) Synced() <-chan struct{} { return p.synced }
 // Run follows the Lease until ctx ends, and stops the unlabelled watch then.
 func (p *LabellerPresence) Run(ctx context.Context) {
 	defer p.watch.Stop()
-	f := informers.NewSharedInformerFactoryWithOptions(p.client, 0, informers.WithNamespace(p.lease.Namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", p.lease.Name).String()
-		}))
-	inf := f.Coordination().V1().Leases().Informer()
+	inf := NewInformer(p.client, p.client.Leases(p.lease.Namespace), &coordinationv1.Lease{}, func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", p.lease.Name).String()
+	})
 	changed := make(chan struct{}, 1)
 	poke := func(any) {
 		select {
@@ -132,8 +130,7 @@ func (p *LabellerPresence) Run(ctx context.Context) {
 	}
 	// Errors only come from a stopped informer; this one is new.
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: poke, UpdateFunc: func(_, o any) { poke(o) }, DeleteFunc: poke})
-	f.Start(ctx.Done())
-	defer f.Shutdown()
+	go inf.RunWithContext(ctx)
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		return
 	}
@@ -178,7 +175,7 @@ func (p *LabellerPresence) Run(ctx context.Context) {
 // every unlabelled change on every node. It runs only while no labeller
 // does (LabellerPresence).
 type UnlabelledWatch struct {
-	client  kubernetes.Interface
+	client  apiclient.Interface
 	target  SweepTarget
 	node    Node
 	metrics *ClientMetrics
@@ -192,7 +189,7 @@ type UnlabelledWatch struct {
 
 // NewUnlabelledWatch makes a watch, stopped; reg, when set, registers its
 // gauge.
-func NewUnlabelledWatch(c kubernetes.Interface, target SweepTarget, node Node, m *ClientMetrics, reg prometheus.Registerer) *UnlabelledWatch {
+func NewUnlabelledWatch(c apiclient.Interface, target SweepTarget, node Node, m *ClientMetrics, reg prometheus.Registerer) *UnlabelledWatch {
 	w := &UnlabelledWatch{client: c, target: target, node: node, metrics: m, pvcs: pvcs(c), pvs: pvs(c),
 		active: prometheus.NewGauge(prometheus.GaugeOpts{Name: "lvm_agent_unlabelled_watch",
 			Help: "Hybrid mode: 1 while this agent watches the PVCs and PVs without the " + LabelNode + " label itself (no labeller holds its Lease), else 0."})}
@@ -214,19 +211,21 @@ func (w *UnlabelledWatch) Start(ctx context.Context) bool {
 	}
 	ctx, w.stop = context.WithCancel(ctx)
 	cfg := informerConfig{owner: &w.node, metrics: w.metrics}
-	f := informers.NewSharedInformerFactoryWithOptions(w.client, 0, informers.WithTransform(cfg.transform),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = UnlabelledSelector() }))
-	for _, inf := range []cache.SharedIndexInformer{f.Core().V1().PersistentVolumeClaims().Informer(), f.Core().V1().PersistentVolumes().Informer()} {
-		// Errors only come from a stopped informer; these are new.
+	unlabelled := func(o *metav1.ListOptions) { o.LabelSelector = UnlabelledSelector() }
+	for _, inf := range []cache.SharedIndexInformer{
+		NewInformer(w.client, w.client.PVCs(""), &corev1.PersistentVolumeClaim{}, unlabelled),
+		NewInformer(w.client, w.client.PVs(), &corev1.PersistentVolume{}, unlabelled),
+	} {
+		// Errors only come from a started informer; these are new.
+		_ = inf.SetTransform(cfg.transform)
 		_, _ = inf.AddEventHandler(counter{cfg, SourceUnlabelled})
 		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    w.handOver,
 			UpdateFunc: func(_, obj any) { w.handOver(obj) },
 			DeleteFunc: func(obj any) { w.left(ctx, obj) },
 		})
+		go inf.RunWithContext(ctx)
 	}
-	f.Start(ctx.Done())
-	go func() { <-ctx.Done(); f.Shutdown() }()
 	w.active.Set(1)
 	return true
 }

@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
+
+	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
 )
 
 func heldLease(holder string, renewed time.Time, seconds int32) *coordinationv1.Lease {
@@ -80,8 +82,8 @@ func TestLabellerPresence(t *testing.T) {
 	c := fake.NewClientset(sweepPVC("mine", "node-a", StateCreating, nil), sweepPVC("theirs", "node-b", StateCreating, nil),
 		sweepPVC("labelled", "node-a", StateCreating, map[string]string{LabelNode: "node-a"}))
 	target := &lockedTarget{}
-	w := NewUnlabelledWatch(c, target, me, nil, nil)
-	p := NewLabellerPresence(c, LeaseRef{Namespace: "lvm-agent", Name: LabellerLeaseName}, w)
+	w := NewUnlabelledWatch(clientset.Wrap(c), target, me, nil, nil)
+	p := NewLabellerPresence(clientset.Wrap(c), LeaseRef{Namespace: "lvm-agent", Name: LabellerLeaseName}, w)
 	done := make(chan struct{})
 	go func() { p.Run(ctx); close(done) }()
 	<-p.Synced()

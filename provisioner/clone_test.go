@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
 )
 
 // A claim that asks for a copy is never provisioned empty: no request is
@@ -169,10 +170,10 @@ func TestProvisionClone(t *testing.T) {
 	assert.Equal(t, controller.ProvisioningFinished, state)
 	assert.NotContains(t, requested(), kube.AnnLifecycle, "no request written")
 
-	_, err = kube.UpdateNodeWithAnnotations(context.Background(), client, "node-a", "", kube.Set(map[string]string{kube.DefaultCapacityAnnotation: kube.EncodeStorageTopology(
+	_, err = kube.UpdateNodeWithAnnotations(context.Background(), clientset.Wrap(client), "node-a", "", kube.Set(map[string]string{kube.DefaultCapacityAnnotation: kube.EncodeStorageTopology(
 		[]kube.StorageCapacity{{Type: "lvm", Name: "vg0", DeviceClass: "vg0", Capacity: 1 << 40, Free: 1 << 40, Clone: kube.CloneSnapshot}})}))
 	require.NoError(t, err)
-	_, err = kube.UpdatePvcWithAnnotations(context.Background(), client, "ns", "data", "", kube.Set(map[string]string{kube.AnnSelectedNode: "node-a"}), nil)
+	_, err = kube.UpdatePvcWithAnnotations(context.Background(), clientset.Wrap(client), "ns", "data", "", kube.Set(map[string]string{kube.AnnSelectedNode: "node-a"}), nil)
 	require.NoError(t, err)
 	state, err = provision("node-a")
 	assert.Equal(t, controller.ProvisioningInBackground, state, "asked, no answer yet: %v", err)
@@ -203,13 +204,13 @@ func TestProvisionCloneLargerThanItsSource(t *testing.T) {
 				clone.Spec.VolumeMode, src.Spec.VolumeMode = c.mode, c.mode
 				clone.Annotations = map[string]string{kube.AnnSelectedNode: "node-a"}
 			})
-			_, err := kube.UpdateNodeWithAnnotations(context.Background(), client, "node-a", "", kube.Set(map[string]string{kube.DefaultCapacityAnnotation: kube.EncodeStorageTopology(
+			_, err := kube.UpdateNodeWithAnnotations(context.Background(), clientset.Wrap(client), "node-a", "", kube.Set(map[string]string{kube.DefaultCapacityAnnotation: kube.EncodeStorageTopology(
 				[]kube.StorageCapacity{{Type: "lvm", Name: "vg0", DeviceClass: "vg0", Capacity: 1 << 40, Free: 1 << 40, Clone: kube.CloneSnapshot}})}))
 			require.NoError(t, err)
 			client.PrependWatchReactor("*", func(a clienttesting.Action) (bool, watch.Interface, error) {
 				wi, err := client.Tracker().Watch(a.GetResource(), a.GetNamespace())
 				go func() {
-					_, err := kube.UpdatePvcWithAnnotations(context.Background(), client, "ns", "data", "",
+					_, err := kube.UpdatePvcWithAnnotations(context.Background(), clientset.Wrap(client), "ns", "data", "",
 						kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreated, kube.AnnDevice: "/dev/vg0/pvc-uid-1"}), nil)
 					assert.NoError(t, err)
 				}()

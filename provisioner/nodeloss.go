@@ -21,6 +21,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
 )
 
 // ReasonNodeLost is the Warning event on a claim (or PV) of a lost node.
@@ -69,7 +70,7 @@ func RunNodeLoss(ctx context.Context, client kubernetes.Interface, p *Provisione
 		grace = DefaultNodeLossGrace
 	}
 	factory := informers.NewSharedInformerFactory(client, 0)
-	recorder, stop := kube.NewRecorder(client, p.cfg.Name, "")
+	recorder, stop := kube.NewRecorder(clientset.Wrap(client), p.cfg.Name, "")
 	defer stop()
 	c := &NodeLoss{client: client, name: p.cfg.Name, grace: grace, lost: p.cfg.LostNodes,
 		nodes: factory.Core().V1().Nodes().Lister(), pvs: factory.Core().V1().PersistentVolumes().Lister(),

@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
 )
 
 // Nudger makes kubelet grow a claim's filesystem as soon as the LV has
@@ -135,7 +136,7 @@ func (n *Nudger) sync(ctx context.Context, key string) error {
 		if !usesClaim(pod, pvc.Name) || pod.Annotations[kube.AnnResizeNudge] == value {
 			continue
 		}
-		if err := kube.NudgePod(ctx, n.client, pod, value); err != nil {
+		if err := kube.NudgePod(ctx, clientset.Wrap(n.client), pod, value); err != nil {
 			// A Pod changed since the list (kubelet writes its status):
 			// the claim is listed again with backoff.
 			n.nudges.WithLabelValues("retry").Inc()

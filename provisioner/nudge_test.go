@@ -16,6 +16,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
 )
 
 func nudgePod(name, claim string, mod func(*corev1.Pod)) *corev1.Pod {
@@ -109,7 +110,7 @@ func TestNudgeIsConditional(t *testing.T) {
 		body = string(a.(k8stesting.PatchAction).GetPatch())
 		return false, nil, nil
 	})
-	_ = kube.NudgePod(context.Background(), c, pod, "grown=2Gi")
+	_ = kube.NudgePod(context.Background(), clientset.Wrap(c), pod, "grown=2Gi")
 	assert.JSONEq(t, `{"metadata":{"resourceVersion":"7","annotations":{"`+kube.AnnResizeNudge+`":"grown=2Gi"}}}`, body)
 }
 

@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
 )
 
 // HostnameLabel is the Node label a local PV's node affinity matches.
@@ -185,7 +186,7 @@ func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOp
 	defer cancel()
 	wctx, stop := p.cfg.LostNodes.Watch(wctx, nodeLabel)
 	defer stop()
-	answered, err := kube.CreateVolumeFrom(wctx, p.client, pvc, spec, nil)
+	answered, err := kube.CreateVolumeFrom(wctx, clientset.Wrap(p.client), pvc, spec, nil)
 	var failed *kube.FailedError
 	switch {
 	case errors.Is(context.Cause(wctx), ErrNodeLost):
@@ -269,5 +270,5 @@ func (p *Provisioner) Delete(ctx context.Context, pv *corev1.PersistentVolume) e
 	defer stop()
 	// Ended by the node's loss: the controller's mark on the PV brings the
 	// library back here at once.
-	return lostError(wctx, node, kube.DeleteVolumeFrom(wctx, p.client, pv, vg, lv, nil))
+	return lostError(wctx, node, kube.DeleteVolumeFrom(wctx, clientset.Wrap(p.client), pv, vg, lv, nil))
 }

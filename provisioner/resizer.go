@@ -21,6 +21,7 @@ import (
 	"github.com/kubernetes-csi/external-resizer/v2/pkg/resizer"
 
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
 )
 
 // Resizer grows the local PVs this provisioner made: external-resizer's
@@ -80,7 +81,7 @@ func (r *Resizer) Resize(pv *corev1.PersistentVolume, size resource.Quantity) (r
 	if err := r.agentGrows(ctx, pv, vg); err != nil {
 		return resource.Quantity{}, false, err
 	}
-	got, err := kube.ExpandVolumeWithAnnotations(ctx, r.client, pv.Name, kube.CreateSpec{VolumeGroup: vg, Name: lv, Size: size.Value()}, nil)
+	got, err := kube.ExpandVolumeWithAnnotations(ctx, clientset.Wrap(r.client), pv.Name, kube.CreateSpec{VolumeGroup: vg, Name: lv, Size: size.Value()}, nil)
 	var failed *kube.FailedError
 	switch {
 	case errors.Is(err, kube.ErrInsufficientCapacity):
@@ -106,7 +107,7 @@ func (r *Resizer) agentGrows(ctx context.Context, pv *corev1.PersistentVolume, v
 	if !ok {
 		return status.Error(codes.InvalidArgument, fmt.Sprintf("PV %s names no node (kubernetes.io/hostname affinity)", pv.Name))
 	}
-	nodes, err := kube.NodesOfHostname(ctx, r.client, host)
+	nodes, err := kube.NodesOfHostname(ctx, clientset.Wrap(r.client), host)
 	if err != nil {
 		return status.Error(codes.Unavailable, err.Error())
 	}

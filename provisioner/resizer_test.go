@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
 )
 
 const mi = 1 << 20
@@ -69,7 +70,7 @@ func (g *growAgent) answer(ctx context.Context, c *fake.Clientset, pv *corev1.Pe
 		g.sizes[pv.Name] = want
 		ans[kube.AnnSize] = strconv.FormatInt(want, 10)
 	}
-	_, _ = kube.UpdatePvWithAnnotations(ctx, c, pv.Name, pv.ResourceVersion, kube.Set(ans), nil)
+	_, _ = kube.UpdatePvWithAnnotations(ctx, clientset.Wrap(c), pv.Name, pv.ResourceVersion, kube.Set(ans), nil)
 }
 
 func (g *growAgent) size(pv string) int64 { g.mu.Lock(); defer g.mu.Unlock(); return g.sizes[pv] }

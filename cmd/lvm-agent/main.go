@@ -21,13 +21,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/lvm-agent/lvm-agent/agent"
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/kube/apiclient"
 	"github.com/lvm-agent/lvm-agent/lvmbackend"
 )
 
@@ -291,7 +291,7 @@ func agentConfig(kubeconfig string) (*rest.Config, error) {
 // withHostname is node with its Node's kubernetes.io/hostname label, which
 // a local PV's affinity names; a Node it cannot read is logged, and its
 // node name then stands for the label (kube.Node.Hostname "").
-func withHostname(ctx context.Context, c kubernetes.Interface, node kube.Node) kube.Node {
+func withHostname(ctx context.Context, c apiclient.Interface, node kube.Node) kube.Node {
 	var err error
 	if node.Hostname, err = kube.NodeHostname(ctx, c, node.Name); err != nil {
 		klog.ErrorS(err, "Cannot read this Node's hostname label; local PVs are matched with the node name", "node", node.Name)
@@ -300,7 +300,7 @@ func withHostname(ctx context.Context, c kubernetes.Interface, node kube.Node) k
 }
 
 // newClient is a daemon's client: agentConfig's config, tuned.
-func newClient(kubeconfig string, qps float64, burst int, tune ...func(*rest.Config)) (kubernetes.Interface, error) {
+func newClient(kubeconfig string, qps float64, burst int, tune ...func(*rest.Config)) (apiclient.Interface, error) {
 	cfg, err := agentConfig(kubeconfig)
 	if err != nil {
 		return nil, err
@@ -308,13 +308,18 @@ func newClient(kubeconfig string, qps float64, burst int, tune ...func(*rest.Con
 	return clientFor(cfg, qps, burst, tune...)
 }
 
-func clientFor(cfg *rest.Config, qps float64, burst int, tune ...func(*rest.Config)) (kubernetes.Interface, error) {
+func clientFor(cfg *rest.Config, qps float64, burst int, tune ...func(*rest.Config)) (apiclient.Interface, error) {
+	return apiclient.New(tuned(cfg, qps, burst, tune...))
+}
+
+// tuned is cfg with a daemon's rate limits and user agent, then tune's changes.
+func tuned(cfg *rest.Config, qps float64, burst int, tune ...func(*rest.Config)) *rest.Config {
 	cfg.QPS, cfg.Burst = float32(qps), burst
 	cfg.UserAgent = "lvm-agent"
 	for _, t := range tune {
 		t(cfg)
 	}
-	return kubernetes.NewForConfig(cfg)
+	return cfg
 }
 
 func newBackend(o options) (lvmbackend.Backend, error) {

@@ -1,3 +1,5 @@
+//go:build !nodeagent
+
 package main
 
 import (
@@ -19,6 +21,7 @@ import (
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
 	"github.com/lvm-agent/lvm-agent/provisioner"
 )
 
@@ -124,7 +127,7 @@ func runProvisioner(o provisionerOptions) error {
 	if err != nil {
 		return err
 	}
-	client, err := clientFor(rest.CopyConfig(cfg), o.qps, o.burst)
+	client, err := kubernetes.NewForConfig(tuned(rest.CopyConfig(cfg), o.qps, o.burst))
 	if err != nil {
 		return err
 	}
@@ -165,8 +168,9 @@ func runProvisioner(o provisionerOptions) error {
 			// Its Lease, beside the leader's, tells the hybrid-mode agents
 			// that they need not watch the unlabelled objects themselves.
 			host, _ := os.Hostname()
-			go kube.NewLabeller(client, prometheus.DefaultRegisterer).
-				WithLease(kube.LeaseRef{Namespace: o.namespace, Name: kube.LabellerLeaseName}, host).Run(ctx, 2)
+			ref := kube.LeaseRef{Namespace: o.namespace, Name: kube.LabellerLeaseName}
+			go kube.NewLabeller(clientset.Wrap(client), prometheus.DefaultRegisterer).
+				WithLease(provisioner.LabellerLease(client, ref, host)).Run(ctx, 2)
 		}
 		pc.Run(ctx)
 	}
@@ -180,7 +184,7 @@ func runProvisioner(o provisionerOptions) error {
 	// leader gave up its Lease and exited, again and again (the cluster
 	// power cut, docs/runs/faults.md). A renewal is one request every
 	// few seconds; its limiter never waits for the controllers' requests.
-	leClient, err := clientFor(cfg, 5, 10)
+	leClient, err := kubernetes.NewForConfig(tuned(cfg, 5, 10))
 	if err != nil {
 		return err
 	}

@@ -18,11 +18,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
 	"github.com/lvm-agent/lvm-agent/agent"
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/kube/apiclient"
 	"github.com/lvm-agent/lvm-agent/lvmbackend"
 	"github.com/lvm-agent/lvm-agent/lvmbackend/devmapper"
 	"github.com/lvm-agent/lvm-agent/lvmbackend/lvmmeta"
@@ -116,7 +116,7 @@ type poolStatus struct {
 // remove: agent.References decides), missing LVs ("created" PVC, LV absent)
 // and stuck requests ("creating"/"deleting" for longer than stuckAfter, or
 // with a volume.error).
-func status(ctx context.Context, c kubernetes.Interface, o statusOptions) error {
+func status(ctx context.Context, c apiclient.Interface, o statusOptions) error {
 	if o.output != "" && o.output != "wide" && o.output != "json" && o.output != "yaml" {
 		return usageError("-o must be wide, json or yaml, not " + o.output)
 	}
@@ -127,11 +127,11 @@ func status(ctx context.Context, c kubernetes.Interface, o statusOptions) error 
 	if err != nil {
 		return usageError("--device-class-map: " + err.Error())
 	}
-	pvcs, err := c.CoreV1().PersistentVolumeClaims("").List(ctx, metav1.ListOptions{})
+	pvcs, err := c.PVCs("").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return err
 	}
-	pvs, err := c.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	pvs, err := c.PVs().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return err
 	}
@@ -165,7 +165,7 @@ func status(ctx context.Context, c kubernetes.Interface, o statusOptions) error 
 
 // kubeNode is the node whose requests status shows (Name "": every node),
 // with its hostname label read as the agent reads it.
-func (o statusOptions) kubeNode(ctx context.Context, c kubernetes.Interface) kube.Node {
+func (o statusOptions) kubeNode(ctx context.Context, c apiclient.Interface) kube.Node {
 	node := kube.Node{Name: o.node, Drivers: splitList(o.drivers), Provisioners: []string{kube.DefaultProvisioner}}
 	if node.Name == "" {
 		return node

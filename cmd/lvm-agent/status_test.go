@@ -16,6 +16,7 @@ import (
 
 	"github.com/lvm-agent/lvm-agent/agent"
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
 	"github.com/lvm-agent/lvm-agent/lvmbackend"
 	"github.com/lvm-agent/lvm-agent/lvmbackend/devmapper"
 	"github.com/lvm-agent/lvm-agent/lvmbackend/lvmdfake"
@@ -113,7 +114,7 @@ func TestStatusOrphanIsTheCollectors(t *testing.T) {
 			}
 			o := statusOptions{node: "node-1", stuckAfter: time.Minute}
 			o.backend.backend, o.backend.lvmdSocket, o.backend.meta.mode = "topolvm", socket, "off"
-			err := status(context.Background(), fake.NewClientset(tc.objs...), o)
+			err := status(context.Background(), clientset.Wrap(fake.NewClientset(tc.objs...)), o)
 			if tc.wantOrphan {
 				require.ErrorIs(t, err, errProblems)
 			} else {
@@ -156,7 +157,7 @@ func TestStatusLocalPVByHostname(t *testing.T) {
 	}
 	pvs := []corev1.PersistentVolume{localPV("by-label", "host-1"), localPV("by-name", "node-1")}
 	rows := func(c *fake.Clientset) []string {
-		n := statusOptions{node: "node-1"}.kubeNode(context.Background(), c)
+		n := statusOptions{node: "node-1"}.kubeNode(context.Background(), clientset.Wrap(c))
 		var names []string
 		for _, r := range (statusCheck{node: n, now: time.Now(), stuckAfter: time.Minute}).report(nil, pvs).Volumes {
 			names = append(names, r.Object)

@@ -11,9 +11,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/kube/apiclient"
 	"github.com/lvm-agent/lvm-agent/lvmbackend/devmapper"
 )
 
@@ -72,7 +72,7 @@ func volumeMain(args []string) int {
 	var kf kubeFlags
 	kf.addFlags(fs, args[0] == "create")
 	timeout := fs.Duration("timeout", 5*time.Minute, "how long to wait for the agent's answer")
-	var cmd func(context.Context, kubernetes.Interface) error
+	var cmd func(context.Context, apiclient.Interface) error
 	switch args[0] {
 	case "create":
 		pvc := fs.String("pvc", "", "PVC name (required)")
@@ -80,7 +80,7 @@ func volumeMain(args []string) int {
 		size := fs.String("size", "", "size, e.g. 1Gi (required)")
 		name := fs.String("name", "", "LV name (default pvc-<PVC UID>)")
 		tags := fs.String("tags", "", "LVM tags, comma-separated")
-		cmd = func(ctx context.Context, c kubernetes.Interface) error {
+		cmd = func(ctx context.Context, c apiclient.Interface) error {
 			q, err := resource.ParseQuantity(*size)
 			if *pvc == "" || *vg == "" || err != nil {
 				return usageError("create needs --pvc, --vg and a valid --size")
@@ -90,7 +90,7 @@ func volumeMain(args []string) int {
 				return err
 			}
 			if *name == "" {
-				obj, err := c.CoreV1().PersistentVolumeClaims(ns).Get(ctx, *pvc, metav1.GetOptions{})
+				obj, err := c.PVCs(ns).Get(ctx, *pvc, metav1.GetOptions{})
 				if err != nil {
 					return err
 				}
@@ -104,12 +104,12 @@ func volumeMain(args []string) int {
 		pv := fs.String("pv", "", "PV name (required)")
 		vg := fs.String("vg", "", "volume group (default: from the PV's spec annotation)")
 		lv := fs.String("lv", "", "LV name (default: from the PV's spec annotation)")
-		cmd = func(ctx context.Context, c kubernetes.Interface) error {
+		cmd = func(ctx context.Context, c apiclient.Interface) error {
 			if *pv == "" {
 				return usageError("delete needs --pv")
 			}
 			if *vg == "" || *lv == "" {
-				obj, err := c.CoreV1().PersistentVolumes().Get(ctx, *pv, metav1.GetOptions{})
+				obj, err := c.PVs().Get(ctx, *pv, metav1.GetOptions{})
 				if err != nil {
 					return err
 				}
@@ -133,7 +133,7 @@ func volumeMain(args []string) int {
 		fs.StringVar(&o.output, "output", "", outputUsage)
 		fs.StringVar(&o.output, "o", "", outputUsage)
 		o.backend.meta.addFlags(fs)
-		cmd = func(ctx context.Context, c kubernetes.Interface) error {
+		cmd = func(ctx context.Context, c apiclient.Interface) error {
 			o.backend.dmControl = o.dmControl // the direct LVM reader's too
 			return status(ctx, c, o)
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/lvm-agent/lvm-agent/agent"
 	"github.com/lvm-agent/lvm-agent/integration/harness"
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
 )
 
 // provisioner plays a CSI controller and a user: it makes claims, asks the
@@ -203,7 +204,7 @@ func (p *provisioner) createWith(ctx context.Context, v *volume, spec kube.Creat
 			return err
 		}
 		hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err = kube.CreateVolumeWithAnnotations(hctx, p.c, v.ns, v.pvc, spec, nil)
+		err = kube.CreateVolumeWithAnnotations(hctx, clientset.Wrap(p.c), v.ns, v.pvc, spec, nil)
 		cancel()
 		var failed *kube.FailedError
 		if err == nil || errors.As(err, &failed) {
@@ -260,7 +261,7 @@ func (p *provisioner) remove(ctx context.Context, v *volume, claimUID string) er
 			v.released = time.Now()
 		}
 		hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err = kube.DeleteVolumeWithAnnotations(hctx, p.c, v.pv, v.class, v.lv, nil)
+		err = kube.DeleteVolumeWithAnnotations(hctx, clientset.Wrap(p.c), v.pv, v.class, v.lv, nil)
 		cancel()
 		var failed *kube.FailedError
 		if err == nil || errors.As(err, &failed) {
@@ -291,7 +292,7 @@ func (p *provisioner) misdirect(ctx context.Context, v *volume) error {
 // (which takes a CreateSpec) cannot do for a hostile one.
 func (p *provisioner) writeRequest(ctx context.Context, v *volume, spec string) error {
 	return retry(ctx, func(ctx context.Context) error {
-		_, err := kube.UpdatePvcWithAnnotations(ctx, p.c, v.ns, v.pvc, "",
+		_, err := kube.UpdatePvcWithAnnotations(ctx, clientset.Wrap(p.c), v.ns, v.pvc, "",
 			kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreating, kube.AnnSpec: spec}),
 			kube.Set(map[string]string{kube.LabelNode: kube.NodeLabelValue(p.node)}))
 		return err

@@ -24,6 +24,7 @@ import (
 
 	"github.com/lvm-agent/lvm-agent/integration/harness"
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
 	"github.com/lvm-agent/lvm-agent/lvmbackend"
 )
 
@@ -86,7 +87,7 @@ func TestBench(t *testing.T) {
 	for i := 0; i < n; i++ {
 		v := strconv.Itoa(i)
 		t0 := time.Now()
-		_, err := kube.UpdatePvcWithAnnotations(ctx, env.cp.Client, ns, ping.Name, "", kube.Set(map[string]string{"bench/ping": v}), nil)
+		_, err := kube.UpdatePvcWithAnnotations(ctx, clientset.Wrap(env.cp.Client), ns, ping.Name, "", kube.Set(map[string]string{"bench/ping": v}), nil)
 		require.NoError(t, err)
 		for ev := range w.ResultChan() {
 			if o, ok := ev.Object.(*corev1.PersistentVolumeClaim); ok && ev.Type == watch.Modified && o.Annotations["bench/ping"] == v {
@@ -122,13 +123,13 @@ func TestBench(t *testing.T) {
 			}
 		}
 		cctx, cancel := context.WithTimeout(ctx, requestTimeout)
-		err := kube.CreateVolumeWithAnnotations(cctx, env.cp.Client, ns, name, kube.CreateSpec{VolumeGroup: vg.spec, Name: name, Size: benchSize}, written)
+		err := kube.CreateVolumeWithAnnotations(cctx, clientset.Wrap(env.cp.Client), ns, name, kube.CreateSpec{VolumeGroup: vg.spec, Name: name, Size: benchSize}, written)
 		cancel()
 		require.NoError(t, err)
 		e2eCreate = append(e2eCreate, time.Since(t0))
 		harness.DeleteClaim(t, env.cp.Client, pvc) // released first, as in a cluster; not timed
 		cctx, cancel = context.WithTimeout(ctx, requestTimeout)
-		err = kube.DeleteVolumeWithAnnotations(cctx, env.cp.Client, pv.Name, vg.spec, name, written)
+		err = kube.DeleteVolumeWithAnnotations(cctx, clientset.Wrap(env.cp.Client), pv.Name, vg.spec, name, written)
 		cancel()
 		require.NoError(t, err)
 		e2eDelete = append(e2eDelete, time.Since(t0))
@@ -159,7 +160,7 @@ func TestBench(t *testing.T) {
 			defer wg.Done()
 			cctx, cancel := context.WithTimeout(ctx, 15*time.Minute)
 			defer cancel()
-			errs[i] = kube.CreateVolumeWithAnnotations(cctx, env.cp.Client, ns, pvc.Name,
+			errs[i] = kube.CreateVolumeWithAnnotations(cctx, clientset.Wrap(env.cp.Client), ns, pvc.Name,
 				kube.CreateSpec{VolumeGroup: vg.spec, Name: pvc.Name, Size: benchSize}, nil)
 			last[i] = time.Since(start)
 		}()

@@ -27,6 +27,7 @@ import (
 	"github.com/lvm-agent/lvm-agent/agent"
 	"github.com/lvm-agent/lvm-agent/integration/harness"
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
 )
 
 // TCG-sized waits: one lvm command takes ~1 s in the guest, one lvmd create
@@ -174,14 +175,14 @@ func (s *stack) create(pvc *corev1.PersistentVolumeClaim, vg volumeGroup, lv str
 
 func (s *stack) createCtx(ctx context.Context, pvc *corev1.PersistentVolumeClaim, vg volumeGroup, lv string, size int64, tags ...string) error {
 	spec := kube.CreateSpec{VolumeGroup: vg.spec, Name: lv, Size: size, Tags: tags}
-	return kube.CreateVolumeWithAnnotations(ctx, env.cp.Client, pvc.Namespace, pvc.Name, spec, nil)
+	return kube.CreateVolumeWithAnnotations(ctx, clientset.Wrap(env.cp.Client), pvc.Namespace, pvc.Name, spec, nil)
 }
 
 // delete asks for the removal of the LV behind a PV and waits for the answer.
 func (s *stack) delete(pv *corev1.PersistentVolume, vg volumeGroup, lv string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 	defer cancel()
-	return kube.DeleteVolumeWithAnnotations(ctx, env.cp.Client, pv.Name, vg.spec, lv, nil)
+	return kube.DeleteVolumeWithAnnotations(ctx, clientset.Wrap(env.cp.Client), pv.Name, vg.spec, lv, nil)
 }
 
 // requireAnswered checks the object's annotations after a success: the final

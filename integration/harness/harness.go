@@ -101,8 +101,9 @@ type Process struct {
 }
 
 // AgentBinary is the lvm-agent binary under test: $LVM_AGENT_BIN, or built
-// once from the module into dir, stamped as `make build` stamps it
-// (scripts/version.sh's linker flags).
+// once from the module into dir as `make build` builds it: the node agent's
+// build (-tags nodeagent), lvm-agent-provisioner beside it, both stamped
+// with scripts/version.sh's linker flags.
 func AgentBinary(t TB, dir string) string {
 	t.Helper()
 	if bin := os.Getenv("LVM_AGENT_BIN"); bin != "" {
@@ -116,13 +117,15 @@ func AgentBinary(t TB, dir string) string {
 	if err != nil {
 		t.Fatalf("scripts/version.sh: %v", err)
 	}
-	bin := filepath.Join(dir, "lvm-agent")
-	cmd := exec.Command("go", "build", "-ldflags", strings.TrimSpace(string(ldflags)), "-o", bin, "github.com/lvm-agent/lvm-agent/cmd/lvm-agent")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build lvm-agent: %v\n%s", err, out)
+	for name, tags := range map[string]string{"lvm-agent": "nodeagent", "lvm-agent-provisioner": ""} {
+		cmd := exec.Command("go", "build", "-tags", tags, "-ldflags", strings.TrimSpace(string(ldflags)),
+			"-o", filepath.Join(dir, name), "github.com/lvm-agent/lvm-agent/cmd/lvm-agent")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("build %s: %v\n%s", name, err, out)
+		}
 	}
-	return bin
+	return filepath.Join(dir, "lvm-agent")
 }
 
 // StartAgent runs bin with args; its output is kept for Output and shown when the test fails.

@@ -37,7 +37,9 @@ import (
 
 	"github.com/lvm-agent/lvm-agent/integration/harness"
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
 	"github.com/lvm-agent/lvm-agent/lvmbackend/lvmdfake"
+	"github.com/lvm-agent/lvm-agent/provisioner"
 )
 
 const (
@@ -175,7 +177,9 @@ func run(ctx context.Context, cfg config, log io.Writer) ([]sample, error) {
 func startLabeller(ctx context.Context, cp *harness.ControlPlane) (stop func(), err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	wg.Go(func() { kube.NewLabeller(cp.Client, prometheus.NewRegistry()).WithLease(lease, "bench").Run(ctx, 2) })
+	wg.Go(func() {
+		kube.NewLabeller(clientset.Wrap(cp.Client), prometheus.NewRegistry()).WithLease(provisioner.LabellerLease(cp.Client, lease, "bench")).Run(ctx, 2)
+	})
 	stop = func() { cancel(); wg.Wait() }
 	for t0 := time.Now(); ; time.Sleep(100 * time.Millisecond) {
 		_, err := cp.Client.CoordinationV1().Leases(lease.Namespace).Get(ctx, lease.Name, metav1.GetOptions{})
@@ -221,7 +225,7 @@ func makeVolume(ctx context.Context, c kubernetes.Interface, name string) error 
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	lv := "pv-" + string(pvc.UID)
-	got, err := kube.CreateVolume(wctx, c, benchNS, name, kube.CreateSpec{VolumeGroup: "vg1", Name: lv, Size: 1 << 30}, nil)
+	got, err := kube.CreateVolume(wctx, clientset.Wrap(c), benchNS, name, kube.CreateSpec{VolumeGroup: "vg1", Name: lv, Size: 1 << 30}, nil)
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/lvm-agent/lvm-agent/integration/harness"
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
 	"github.com/lvm-agent/lvm-agent/lvmbackend/lvmdfake"
 	"github.com/lvm-agent/lvm-agent/provisioner"
 )
@@ -404,7 +405,7 @@ func TestAgentOfOriginalDesign(t *testing.T) {
 	node := "old"
 	harnessNode(t, node)
 	// It publishes capacity in the format lvm-agent kept from it.
-	_, err := kube.UpdateNodeWithAnnotations(ctx, cluster.Client, node, "", kube.Set(map[string]string{
+	_, err := kube.UpdateNodeWithAnnotations(ctx, clientset.Wrap(cluster.Client), node, "", kube.Set(map[string]string{
 		"csi.alibabacloud.com/storage-topology": `[{"type":"lvm","name":"vg1","capacity":107374182400}]`}))
 	require.NoError(t, err)
 	waitCapacity(t, node, "old")
@@ -450,7 +451,7 @@ func originalAgent(t testing.TB, ns, node string, stop chan struct{}) {
 			if !isPVC || pvc.Annotations[kube.AnnSelectedNode] != node || pvc.Annotations[kube.AnnLifecycle] != kube.StateCreating {
 				continue
 			}
-			_, err := kube.UpdatePvcWithAnnotations(context.Background(), cluster.Client, ns, pvc.Name, pvc.ResourceVersion,
+			_, err := kube.UpdatePvcWithAnnotations(context.Background(), clientset.Wrap(cluster.Client), ns, pvc.Name, pvc.ResourceVersion,
 				kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreated}), nil)
 			if err != nil && !apierrors.IsConflict(err) {
 				t.Errorf("original agent: %v", err)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/lvm-agent/lvm-agent/integration/harness"
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
 )
 
 const burstNS = "bench"
@@ -212,7 +213,7 @@ func (cl *cluster) requestOn(ctx context.Context, name, node string, labelled bo
 	if labelled {
 		labels = kube.Set(map[string]string{kube.LabelNode: kube.NodeLabelValue(node)})
 	}
-	_, err := kube.UpdatePvcWithAnnotations(ctx, cl.c, burstNS, name, "",
+	_, err := kube.UpdatePvcWithAnnotations(ctx, clientset.Wrap(cl.c), burstNS, name, "",
 		kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreating, kube.AnnSpec: spec}), labels)
 	return err
 }

@@ -12,6 +12,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
+	"github.com/lvm-agent/lvm-agent/provisioner"
 )
 
 // The hybrid rows run the provisioner's labeller beside the agents (the
@@ -43,7 +45,7 @@ func (cl *cluster) startLabeller(ctx context.Context) (*labeller, error) {
 	}
 	l := &labeller{reg: prometheus.NewRegistry()}
 	ctx, l.cancel = context.WithCancel(ctx)
-	lab := kube.NewLabeller(c, l.reg).WithLease(benchLease, "bench")
+	lab := kube.NewLabeller(clientset.Wrap(c), l.reg).WithLease(provisioner.LabellerLease(c, benchLease, "bench"))
 	l.wg.Add(1)
 	go func() { defer l.wg.Done(); lab.Run(ctx, 2) }()
 	// The agents rely on it once its Lease is there (they start after).

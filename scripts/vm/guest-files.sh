@@ -5,7 +5,7 @@
 # Vagrantfile). All static (CGO_ENABLED=0), all cached:
 #   etcd, kube-apiserver   scripts/kube-assets.sh (cold: 8-20 min)
 #   lvmd, google-lvmd      scripts/lvmd-build.sh (cold: ~4 min; topolvm's after Kubernetes: ~20 CPU-s)
-#   lvm-agent              ./cmd/lvm-agent
+#   lvm-agent              ./cmd/lvm-agent, the node agent's build (-tags nodeagent)
 #   guest.test             the in-guest suite, ./integration/guest (tag guest)
 #   lvm-devcluster         make demo-cli's control plane and fixtures (tag guest)
 #   devmapper.test         ./lvmbackend/devmapper's guest tests (tag guest)
@@ -81,7 +81,7 @@ project() {
   local rc=0 w
   for w in "${want[@]}"; do
     case $w in
-      lvm-agent) build lvm-agent build "${flags[@]}" ./cmd/lvm-agent || rc=1 ;;
+      lvm-agent) build lvm-agent build -tags nodeagent "${flags[@]}" ./cmd/lvm-agent || rc=1 ;;
       guest.test) build guest.test test -c -tags guest "${flags[@]}" ./integration/guest || rc=1 ;;
       lvm-devcluster) build lvm-devcluster build -tags guest "${flags[@]}" ./integration/guest/devcluster || rc=1 ;;
       devmapper.test) build devmapper.test test -c -tags guest "${flags[@]}" ./lvmbackend/devmapper || rc=1 ;;

@@ -33,7 +33,8 @@ gobuild -o "$work/images" ./scripts/images
 gobuild -o "$work/pause" ./scripts/images/pause
 for arch in ${IMAGE_ARCHES:-amd64 arm64}; do
   t0=$SECONDS
-  GOARCH=$arch gobuild -o "$work/lvm-agent-$arch" ./cmd/lvm-agent
+  GOARCH=$arch gobuild -tags nodeagent -o "$work/lvm-agent-$arch" ./cmd/lvm-agent
+  GOARCH=$arch gobuild -o "$work/lvm-agent-provisioner-$arch" ./cmd/lvm-agent
   times_add "build: lvm-agent ($arch)" $((SECONDS - t0))
 done
 lvmd=$("$root/scripts/lvmd-build.sh" lvmd)
@@ -52,7 +53,7 @@ bb=$work/bb/bin/busybox
 img() { "$work/images" "$@"; log "$(basename "${2}") ($(du -h "$2" | cut -f1))"; }
 for arch in ${IMAGE_ARCHES:-amd64 arm64}; do
   img --out "$OUT/lvm-agent-$arch.tar" --ref localhost/lvm-agent/lvm-agent:guest --arch "$arch" \
-    --entrypoint /lvm-agent "$work/lvm-agent-$arch=/lvm-agent"
+    --entrypoint /lvm-agent "$work/lvm-agent-$arch=/lvm-agent" "$work/lvm-agent-provisioner-$arch=/lvm-agent-provisioner"
 done
 img --out "$OUT/lvmd.tar" --ref localhost/lvm-agent/lvmd:guest --entrypoint /lvmd \
   "$lvmd/lvmd=/lvmd" "$bb=/usr/bin/nsenter"
