@@ -110,38 +110,28 @@ func typed[T interface {
 	return gentype.NewClientWithList(resource, r, parameterCodec, namespace, obj, list, gentype.PrefersProtobuf[T]())
 }
 
-func (c client) PVCs(namespace string) Resource[*corev1.PersistentVolumeClaim, *corev1.PersistentVolumeClaimList] {
-	return typed(c.core, "persistentvolumeclaims", namespace,
-		func() *corev1.PersistentVolumeClaim { return &corev1.PersistentVolumeClaim{} },
-		func() *corev1.PersistentVolumeClaimList { return &corev1.PersistentVolumeClaimList{} })
+func zero[T any]() *T { return new(T) }
+
+func (c client) PVCs(ns string) Resource[*corev1.PersistentVolumeClaim, *corev1.PersistentVolumeClaimList] {
+	return typed(c.core, "persistentvolumeclaims", ns, zero[corev1.PersistentVolumeClaim], zero[corev1.PersistentVolumeClaimList])
 }
 
 func (c client) PVs() Resource[*corev1.PersistentVolume, *corev1.PersistentVolumeList] {
-	return typed(c.core, "persistentvolumes", "",
-		func() *corev1.PersistentVolume { return &corev1.PersistentVolume{} },
-		func() *corev1.PersistentVolumeList { return &corev1.PersistentVolumeList{} })
+	return typed(c.core, "persistentvolumes", "", zero[corev1.PersistentVolume], zero[corev1.PersistentVolumeList])
 }
 
 func (c client) Nodes() Resource[*corev1.Node, *corev1.NodeList] {
-	return typed(c.core, "nodes", "",
-		func() *corev1.Node { return &corev1.Node{} },
-		func() *corev1.NodeList { return &corev1.NodeList{} })
+	return typed(c.core, "nodes", "", zero[corev1.Node], zero[corev1.NodeList])
 }
 
-func (c client) Pods(namespace string) Resource[*corev1.Pod, *corev1.PodList] {
-	return typed(c.core, "pods", namespace,
-		func() *corev1.Pod { return &corev1.Pod{} },
-		func() *corev1.PodList { return &corev1.PodList{} })
+func (c client) Pods(ns string) Resource[*corev1.Pod, *corev1.PodList] {
+	return typed(c.core, "pods", ns, zero[corev1.Pod], zero[corev1.PodList])
 }
 
-func (c client) Events(namespace string) Resource[*corev1.Event, *corev1.EventList] {
-	return typed(c.core, "events", namespace,
-		func() *corev1.Event { return &corev1.Event{} },
-		func() *corev1.EventList { return &corev1.EventList{} })
+func (c client) Events(ns string) Resource[*corev1.Event, *corev1.EventList] {
+	return typed(c.core, "events", ns, zero[corev1.Event], zero[corev1.EventList])
 }
 
-func (c client) Leases(namespace string) Resource[*coordinationv1.Lease, *coordinationv1.LeaseList] {
-	return typed(c.coordination, "leases", namespace,
-		func() *coordinationv1.Lease { return &coordinationv1.Lease{} },
-		func() *coordinationv1.LeaseList { return &coordinationv1.LeaseList{} })
+func (c client) Leases(ns string) Resource[*coordinationv1.Lease, *coordinationv1.LeaseList] {
+	return typed(c.coordination, "leases", ns, zero[coordinationv1.Lease], zero[coordinationv1.LeaseList])
 }
