@@ -55,12 +55,14 @@ func (i *Informers) Start(ctx context.Context) {
 	go i.PV.RunWithContext(ctx)
 }
 
-// NewInformer is an informer of r's objects (obj is the kind's zero value),
-// listed and watched with tweak's options, without resync: client-go's
-// informer factory does this for a clientset; the agent's client is not one
-// (package apiclient). c is the client r comes from: a fake clientset's
-// informers do not ask for streamed lists, which its watch cannot serve.
-func NewInformer[T runtime.Object, L runtime.Object](c apiclient.Interface, r apiclient.Resource[T, L], obj T, tweak func(*metav1.ListOptions)) cache.SharedIndexInformer {
+// newInformer is an informer of r's objects (obj is the kind's zero value),
+// listed and watched with tweak's options, cached through transform (when
+// set), without resync: client-go's informer factory does this for a
+// clientset; the agent's client is not one (package apiclient). c is the
+// client r comes from: a fake clientset's informers do not ask for streamed
+// lists, which its watch cannot serve.
+func newInformer[T runtime.Object, L runtime.Object](c apiclient.Interface, r apiclient.Resource[T, L], obj T,
+	tweak func(*metav1.ListOptions), transform cache.TransformFunc) cache.SharedIndexInformer {
 	if tweak == nil {
 		tweak = func(*metav1.ListOptions) {}
 	}
@@ -74,8 +76,19 @@ func NewInformer[T runtime.Object, L runtime.Object](c apiclient.Interface, r ap
 			return r.Watch(ctx, o)
 		},
 	}
-	return cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, c), obj, 0,
+	inf := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, c), obj, 0,
 		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	if transform != nil {
+		_ = inf.SetTransform(transform) // errors only once started
+	}
+	return inf
+}
+
+// claimsAndVolumes are informers of every PVC and PV that tweak's options
+// select, cached through transform.
+func claimsAndVolumes(c apiclient.Interface, tweak func(*metav1.ListOptions), transform cache.TransformFunc) (pvcs, pvs cache.SharedIndexInformer) {
+	return newInformer(c, c.PVCs(""), &corev1.PersistentVolumeClaim{}, tweak, transform),
+		newInformer(c, c.PVs(), &corev1.PersistentVolume{}, tweak, transform)
 }
 
 // InformerOption adjusts NewInformers.
@@ -115,11 +128,8 @@ func NewInformers(c apiclient.Interface, node string, mode WatchMode, opts ...In
 	}
 	// No resync: every request arrives as an event, and the agent's own
 	// retries come from its work queue, not from rescans.
-	inf := &Informers{PVC: NewInformer(c, c.PVCs(""), &corev1.PersistentVolumeClaim{}, tweak),
-		PV: NewInformer(c, c.PVs(), &corev1.PersistentVolume{}, tweak)}
-	// Errors only come from a started informer; these are new.
-	_ = inf.PVC.SetTransform(cfg.transform)
-	_ = inf.PV.SetTransform(cfg.transform)
+	inf := &Informers{}
+	inf.PVC, inf.PV = claimsAndVolumes(c, tweak, cfg.transform)
 	if cfg.metrics != nil {
 		// Errors only come from a stopped informer; these are new.
 		_, _ = inf.PVC.AddEventHandler(counter{cfg, SourceInformer})
@@ -137,6 +147,9 @@ func NodeSelector(node string) string {
 // volume.node label: what the hybrid mode's sweep lists.
 func UnlabelledSelector() string { return "!" + LabelNode }
 
+// selectUnlabelled asks for the objects without the volume.node label.
+func selectUnlabelled(o *metav1.ListOptions) { o.LabelSelector = UnlabelledSelector() }
+
 // transform is applied by the informers to every object they receive, from
 // lists and watches alike, before it is cached or handed to the agent. (It
 // may see an object twice: a streamed list goes through a temporary store.)
@@ -145,11 +158,11 @@ func (c informerConfig) transform(obj any) (any, error) {
 		switch o := obj.(type) {
 		case *corev1.PersistentVolumeClaim:
 			if !c.owner.OwnsPVC(o) && !c.owner.Misdirected(o) {
-				return Stub(o), nil
+				return stub(o), nil
 			}
 		case *corev1.PersistentVolume:
 			if !c.owner.OwnsPV(o) && !c.owner.Misdirected(o) {
-				return Stub(o), nil
+				return stub(o), nil
 			}
 		}
 	}
@@ -237,10 +250,10 @@ func only(m map[string]string, keys []string) map[string]string {
 	return out
 }
 
-// Stub is a PVC or PV reduced to its name, namespace, UID and
+// stub is a PVC or PV reduced to its name, namespace, UID and
 // resourceVersion: what a cache holds of an object that is not the agent's.
 // Anything else is returned as it is.
-func Stub(obj any) any {
+func stub(obj any) any {
 	switch o := obj.(type) {
 	case *corev1.PersistentVolumeClaim:
 		return &corev1.PersistentVolumeClaim{ObjectMeta: stubMeta(o.ObjectMeta)}

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -59,19 +58,12 @@ type labelKey struct {
 // NewLabeller makes a labeller; Run starts it. reg, when set, registers its
 // metrics.
 func NewLabeller(c apiclient.Interface, reg prometheus.Registerer) *Labeller {
-	unlabelled := func(o *metav1.ListOptions) { o.LabelSelector = UnlabelledSelector() }
-	transform := func(obj any) (any, error) {
+	pvcs, pvs := claimsAndVolumes(c, selectUnlabelled, func(obj any) (any, error) {
 		if _, _, ok := Route(obj); !ok {
-			return Stub(obj), nil
+			return stub(obj), nil
 		}
 		return trim(obj)
-	}
-	pvcs := NewInformer(c, c.PVCs(""), &corev1.PersistentVolumeClaim{}, unlabelled)
-	pvs := NewInformer(c, c.PVs(), &corev1.PersistentVolume{}, unlabelled)
-	for _, i := range []cache.SharedIndexInformer{pvcs, pvs} {
-		// Errors only come from a started informer; these are new.
-		_ = i.SetTransform(transform)
-	}
+	})
 	l := &Labeller{client: c, pvcs: pvcs, pvs: pvs,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[labelKey](100*time.Millisecond, time.Minute),

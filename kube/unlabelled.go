@@ -118,9 +118,9 @@ func (p *LabellerPresence) Synced() <-chan struct{} { return p.synced }
 // Run follows the Lease until ctx ends, and stops the unlabelled watch then.
 func (p *LabellerPresence) Run(ctx context.Context) {
 	defer p.watch.Stop()
-	inf := NewInformer(p.client, p.client.Leases(p.lease.Namespace), &coordinationv1.Lease{}, func(o *metav1.ListOptions) {
+	inf := newInformer(p.client, p.client.Leases(p.lease.Namespace), &coordinationv1.Lease{}, func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", p.lease.Name).String()
-	})
+	}, nil)
 	changed := make(chan struct{}, 1)
 	poke := func(any) {
 		select {
@@ -211,13 +211,9 @@ func (w *UnlabelledWatch) Start(ctx context.Context) bool {
 	}
 	ctx, w.stop = context.WithCancel(ctx)
 	cfg := informerConfig{owner: &w.node, metrics: w.metrics}
-	unlabelled := func(o *metav1.ListOptions) { o.LabelSelector = UnlabelledSelector() }
-	for _, inf := range []cache.SharedIndexInformer{
-		NewInformer(w.client, w.client.PVCs(""), &corev1.PersistentVolumeClaim{}, unlabelled),
-		NewInformer(w.client, w.client.PVs(), &corev1.PersistentVolume{}, unlabelled),
-	} {
-		// Errors only come from a started informer; these are new.
-		_ = inf.SetTransform(cfg.transform)
+	pvcs, pvs := claimsAndVolumes(w.client, selectUnlabelled, cfg.transform)
+	for _, inf := range []cache.SharedIndexInformer{pvcs, pvs} {
+		// Errors only come from a stopped informer; these are new.
 		_, _ = inf.AddEventHandler(counter{cfg, SourceUnlabelled})
 		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    w.handOver,
