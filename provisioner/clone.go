@@ -12,7 +12,6 @@ import (
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 
 	"github.com/lvm-agent/lvm-agent/kube"
-	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
 )
 
 // ErrCloneNotSupported refuses a claim that asks for a copy of data (a
@@ -119,7 +118,7 @@ func (p *Provisioner) cloneSource(ctx context.Context, pvc *corev1.PersistentVol
 	if have.Cmp(want) > 0 {
 		return refuse("is %s, larger than the %s the clone asks for", have.String(), want.String())
 	}
-	nodes, err := kube.NodesOfHostname(ctx, clientset.Wrap(p.client), host)
+	nodes, err := kube.NodesOfHostname(ctx, p.api, host)
 	switch {
 	case err != nil:
 		return cloneSource{}, err

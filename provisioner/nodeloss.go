@@ -21,7 +21,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/lvm-agent/lvm-agent/kube"
-	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
+	"github.com/lvm-agent/lvm-agent/kube/apiclient"
 )
 
 // ReasonNodeLost is the Warning event on a claim (or PV) of a lost node.
@@ -42,7 +42,7 @@ const DefaultNodeLossGrace = 5 * time.Minute
 // LV stays on the node's disks; the event names it). It runs on the
 // provisioner's leader only, like every writer here.
 type NodeLoss struct {
-	client   kubernetes.Interface
+	client   apiclient.Interface
 	name     string // the provisioner's: only its PVs are looked at
 	grace    time.Duration
 	lost     *LostNodes
@@ -70,9 +70,9 @@ func RunNodeLoss(ctx context.Context, client kubernetes.Interface, p *Provisione
 		grace = DefaultNodeLossGrace
 	}
 	factory := informers.NewSharedInformerFactory(client, 0)
-	recorder, stop := kube.NewRecorder(clientset.Wrap(client), p.cfg.Name, "")
+	recorder, stop := kube.NewRecorder(p.api, p.cfg.Name, "")
 	defer stop()
-	c := &NodeLoss{client: client, name: p.cfg.Name, grace: grace, lost: p.cfg.LostNodes,
+	c := &NodeLoss{client: p.api, name: p.cfg.Name, grace: grace, lost: p.cfg.LostNodes,
 		nodes: factory.Core().V1().Nodes().Lister(), pvs: factory.Core().V1().PersistentVolumes().Lister(),
 		pvcs: factory.Core().V1().PersistentVolumeClaims().Lister(), classes: factory.Storage().V1().StorageClasses().Lister(),
 		sets: factory.Apps().V1().StatefulSets().Lister(),

@@ -12,7 +12,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/lvm-agent/lvm-agent/kube"
-	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
 )
 
 // What the node-loss controller does with each claim and PV of a lost
@@ -41,7 +40,7 @@ func (c *NodeLoss) releaseVolume(ctx context.Context, pv *corev1.PersistentVolum
 		return nil // Retain keeps the PV; a marked one is the library's to remove
 	}
 	// Delete finishes a PV so marked without asking the agent.
-	if err := kube.MarkPVNodeLost(ctx, clientset.Wrap(c.client), pv, kube.NodeLostValue(node, reason)); err != nil {
+	if err := kube.MarkPVNodeLost(ctx, c.client, pv, kube.NodeLostValue(node, reason)); err != nil {
 		return err
 	}
 	lv := pv.Annotations[kube.AnnSpec]
@@ -75,7 +74,7 @@ func (c *NodeLoss) releaseClaim(ctx context.Context, pvc *corev1.PersistentVolum
 			c.recorder.Eventf(pvc, corev1.EventTypeWarning, ReasonNodeLost,
 				"Node %s is lost (%s): the claim is deleted so that StatefulSet %s makes a new one for its replica on another node. Its LV %s stays on that node's disks (PV %s, reclaim policy %s).",
 				node, reason, set.Name, lv, pv.Name, pv.Spec.PersistentVolumeReclaimPolicy)
-			if err := kube.DeleteLostClaim(ctx, clientset.Wrap(c.client), pvc); err != nil {
+			if err := kube.DeleteLostClaim(ctx, c.client, pvc); err != nil {
 				return err
 			}
 			c.metrics.claims.WithLabelValues("recreated").Inc()
@@ -90,7 +89,7 @@ func (c *NodeLoss) releaseClaim(ctx context.Context, pvc *corev1.PersistentVolum
 			"(kubectl -n %s delete pod POD --force --grace-period=0, as their node is down), then kubectl -n %s delete pvc %s; "+
 			"its PV %s (reclaim policy %s) then goes without that node's agent.",
 		node, reason, why, lv, pvc.Namespace, pvc.Namespace, pvc.Name, pv.Name, pv.Spec.PersistentVolumeReclaimPolicy)
-	if err := kube.MarkClaimNodeLost(ctx, clientset.Wrap(c.client), pvc, value); err != nil {
+	if err := kube.MarkClaimNodeLost(ctx, c.client, pvc, value); err != nil {
 		return err
 	}
 	c.metrics.claims.WithLabelValues("kept").Inc()
@@ -111,7 +110,7 @@ func (c *NodeLoss) unmarkKept(ctx context.Context, node string) error {
 	var errs []error
 	for _, pvc := range pvcs {
 		if strings.HasPrefix(pvc.Annotations[kube.AnnNodeLost], prefix) {
-			if err := kube.ClearClaimNodeLost(ctx, clientset.Wrap(c.client), pvc); err != nil {
+			if err := kube.ClearClaimNodeLost(ctx, c.client, pvc); err != nil {
 				errs = append(errs, err)
 				continue
 			}
@@ -124,7 +123,7 @@ func (c *NodeLoss) unmarkKept(ctx context.Context, node string) error {
 // sendBack returns an unbound claim whose selected node is lost to the
 // scheduler, as the provisioner does for a node without room.
 func (c *NodeLoss) sendBack(ctx context.Context, pvc *corev1.PersistentVolumeClaim, node, reason string) error {
-	if err := kube.SendBackToScheduler(ctx, clientset.Wrap(c.client), pvc); err != nil {
+	if err := kube.SendBackToScheduler(ctx, c.client, pvc); err != nil {
 		return err
 	}
 	state := pvc.Annotations[kube.AnnLifecycle]

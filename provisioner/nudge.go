@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/kube/apiclient"
 	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
 )
 
@@ -33,7 +34,7 @@ import (
 // gets kube.AnnResizeNudge = "CLAIM=SIZE". The value makes the nudge happen
 // once per Pod and size, also across restarts.
 type Nudger struct {
-	client  kubernetes.Interface
+	client  apiclient.Interface
 	name    string
 	claims  corelisters.PersistentVolumeClaimLister
 	volumes corelisters.PersistentVolumeLister
@@ -43,7 +44,7 @@ type Nudger struct {
 
 // NewNudger watches claims and PVs through factory (the resizer's).
 func NewNudger(client kubernetes.Interface, name string, factory informers.SharedInformerFactory, reg prometheus.Registerer) (*Nudger, error) {
-	n := &Nudger{client: client, name: name,
+	n := &Nudger{client: clientset.Wrap(client), name: name,
 		claims:  factory.Core().V1().PersistentVolumeClaims().Lister(),
 		volumes: factory.Core().V1().PersistentVolumes().Lister(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Second, time.Minute),
@@ -125,7 +126,7 @@ func (n *Nudger) sync(ctx context.Context, key string) error {
 	}
 	size := pvc.Status.AllocatedResources[corev1.ResourceStorage]
 	value := pvc.Name + "=" + size.String()
-	pods, err := n.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+	pods, err := n.client.Pods(ns).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 	if err != nil {
 		return fmt.Errorf("list the Pods of namespace %s: %w", ns, err)
 	}
@@ -136,7 +137,7 @@ func (n *Nudger) sync(ctx context.Context, key string) error {
 		if !usesClaim(pod, pvc.Name) || pod.Annotations[kube.AnnResizeNudge] == value {
 			continue
 		}
-		if err := kube.NudgePod(ctx, clientset.Wrap(n.client), pod, value); err != nil {
+		if err := kube.NudgePod(ctx, n.client, pod, value); err != nil {
 			// A Pod changed since the list (kubelet writes its status):
 			// the claim is listed again with backoff.
 			n.nudges.WithLabelValues("retry").Inc()

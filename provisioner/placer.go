@@ -21,7 +21,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/lvm-agent/lvm-agent/kube"
-	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
 )
 
 // Event reasons of the Placer, on the clone's claim.
@@ -50,7 +49,7 @@ type Placer struct {
 // RunPlacer runs a Placer over the claims of p until ctx ends.
 func RunPlacer(ctx context.Context, client kubernetes.Interface, p *Provisioner) {
 	factory := informers.NewSharedInformerFactory(client, 0)
-	recorder, stop := kube.NewRecorder(clientset.Wrap(client), p.cfg.Name, "")
+	recorder, stop := kube.NewRecorder(p.api, p.cfg.Name, "")
 	defer stop()
 	pl := &Placer{p: p, pvcs: factory.Core().V1().PersistentVolumeClaims().Lister(),
 		classes: factory.Storage().V1().StorageClasses().Lister(),
@@ -119,7 +118,7 @@ func (pl *Placer) place(ctx context.Context, key string) error {
 	}
 	// Conditional on the version read: a scheduler that picked a node
 	// since (a Pod came first) wins, and Provision gives that node back.
-	_, err = kube.UpdatePvcWithAnnotations(ctx, clientset.Wrap(pl.p.client), ns, name, pvc.ResourceVersion,
+	_, err = kube.UpdatePvcWithAnnotations(ctx, pl.p.api, ns, name, pvc.ResourceVersion,
 		kube.Set(map[string]string{kube.AnnSelectedNode: src.Node}), nil)
 	if err != nil {
 		return fmt.Errorf("name the source's node on the clone: %w", err)

@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 
 	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/kube/apiclient"
 	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
 )
 
@@ -104,6 +105,7 @@ func NodeCache(client kubernetes.Interface, annotation string) (informers.Shared
 // Provisioner implements controller.Provisioner and controller.BlockProvisioner.
 type Provisioner struct {
 	client kubernetes.Interface
+	api    apiclient.Interface // client, for kube's functions
 	cfg    Config
 }
 
@@ -120,7 +122,7 @@ func New(client kubernetes.Interface, cfg Config) *Provisioner {
 	if cfg.CapacityAnnotation == "" {
 		cfg.CapacityAnnotation = kube.DefaultCapacityAnnotation
 	}
-	return &Provisioner{client: client, cfg: cfg}
+	return &Provisioner{client: client, api: clientset.Wrap(client), cfg: cfg}
 }
 
 // SupportsBlock: a local PV hands the LV to a Pod raw in volumeMode Block.
@@ -186,7 +188,7 @@ func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOp
 	defer cancel()
 	wctx, stop := p.cfg.LostNodes.Watch(wctx, nodeLabel)
 	defer stop()
-	answered, err := kube.CreateVolumeFrom(wctx, clientset.Wrap(p.client), pvc, spec, nil)
+	answered, err := kube.CreateVolumeFrom(wctx, p.api, pvc, spec, nil)
 	var failed *kube.FailedError
 	switch {
 	case errors.Is(context.Cause(wctx), ErrNodeLost):
@@ -270,5 +272,5 @@ func (p *Provisioner) Delete(ctx context.Context, pv *corev1.PersistentVolume) e
 	defer stop()
 	// Ended by the node's loss: the controller's mark on the PV brings the
 	// library back here at once.
-	return lostError(wctx, node, kube.DeleteVolumeFrom(wctx, clientset.Wrap(p.client), pv, vg, lv, nil))
+	return lostError(wctx, node, kube.DeleteVolumeFrom(wctx, p.api, pv, vg, lv, nil))
 }

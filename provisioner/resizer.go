@@ -21,7 +21,7 @@ import (
 	"github.com/kubernetes-csi/external-resizer/v2/pkg/resizer"
 
 	"github.com/lvm-agent/lvm-agent/kube"
-	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
+	"github.com/lvm-agent/lvm-agent/kube/apiclient"
 )
 
 // Resizer grows the local PVs this provisioner made: external-resizer's
@@ -39,7 +39,7 @@ import (
 // PVC"), without annotating the claim, so the controller's own CanSupport
 // check is what picks our PVs.
 type Resizer struct {
-	client kubernetes.Interface
+	client apiclient.Interface
 	cfg    Config
 }
 
@@ -47,7 +47,8 @@ var _ resizer.Resizer = (*Resizer)(nil)
 
 // NewResizer makes a Resizer for the local PVs provisioned under cfg.Name.
 func NewResizer(client kubernetes.Interface, cfg Config) *Resizer {
-	return &Resizer{client: client, cfg: New(client, cfg).cfg}
+	p := New(client, cfg)
+	return &Resizer{client: p.api, cfg: p.cfg}
 }
 
 // Name is the provisioner's name (the controller's event source and queue).
@@ -81,7 +82,7 @@ func (r *Resizer) Resize(pv *corev1.PersistentVolume, size resource.Quantity) (r
 	if err := r.agentGrows(ctx, pv, vg); err != nil {
 		return resource.Quantity{}, false, err
 	}
-	got, err := kube.ExpandVolumeWithAnnotations(ctx, clientset.Wrap(r.client), pv.Name, kube.CreateSpec{VolumeGroup: vg, Name: lv, Size: size.Value()}, nil)
+	got, err := kube.ExpandVolumeWithAnnotations(ctx, r.client, pv.Name, kube.CreateSpec{VolumeGroup: vg, Name: lv, Size: size.Value()}, nil)
 	var failed *kube.FailedError
 	switch {
 	case errors.Is(err, kube.ErrInsufficientCapacity):
@@ -107,7 +108,7 @@ func (r *Resizer) agentGrows(ctx context.Context, pv *corev1.PersistentVolume, v
 	if !ok {
 		return status.Error(codes.InvalidArgument, fmt.Sprintf("PV %s names no node (kubernetes.io/hostname affinity)", pv.Name))
 	}
-	nodes, err := kube.NodesOfHostname(ctx, clientset.Wrap(r.client), host)
+	nodes, err := kube.NodesOfHostname(ctx, r.client, host)
 	if err != nil {
 		return status.Error(codes.Unavailable, err.Error())
 	}
