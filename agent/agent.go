@@ -66,10 +66,11 @@ type Config struct {
 	WaitPoll time.Duration
 
 	// openCounts reads a device's open count for a thick clone's copy
-	// (Devices; nil: no copies); deviceRoot prefixes device paths. Both
-	// are the tests' seams (regular files for devices).
+	// (Devices; nil: no copies); deviceRoot prefixes device paths and
+	// sysRoot /sys. All are the tests' seams (regular files for devices).
 	openCounts openCounter
 	deviceRoot string
+	sysRoot    string
 }
 
 // Agent is the reconciler.

@@ -1,14 +1,20 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/lvm-agent/lvm-agent/kube"
 	"github.com/lvm-agent/lvm-agent/lvmbackend"
+	"github.com/lvm-agent/lvm-agent/lvmbackend/lvmmeta"
 )
 
 // growStep is the step of a PV "expanding": its validated target and the grow.
@@ -30,7 +36,7 @@ func (a *Agent) grow(ctx context.Context, pv *corev1.PersistentVolume, spec kube
 	if ref == nil || ref.UID == "" {
 		return fail(kube.ReasonInvalidSpec, fmt.Errorf("PV %s is bound to no claim (no claimRef with a UID): only a claim's own LV is grown", pv.Name))
 	}
-	lv, err := a.backend.GetVolume(ctx, t.deviceClass, t.name)
+	lv, err := a.growRead(ctx, t)
 	st.done("read")
 	switch {
 	case errors.Is(err, lvmbackend.ErrNotFound):
@@ -69,3 +75,47 @@ func (a *Agent) grow(ctx context.Context, pv *corev1.PersistentVolume, spec kube
 }
 
 func expanded(size int64) outcome { return outcome{state: kube.StateExpanded, size: size} }
+
+// growRead is the LV a grow is asked of. With shared reads, the class's
+// kept listing (lvmbackend.Shared.Listed) answers when the kernel confirms
+// it: the device-mapper device of the listed numbers has the LV's name, and
+// the size is the device's own, read now (sysfs, readable unprivileged). So
+// what the listing alone answers is the LV's tags, which only an lvchange
+// alters, and the LV's identity is the kernel's: a grow starts no `lvs`.
+// Otherwise (no listing younger than --lvmd-list-max-age, the LV inactive or
+// not listed, a device that does not match) it reads a fresh listing, as a
+// delete does.
+func (a *Agent) growRead(ctx context.Context, t target) (*lvmbackend.Volume, error) {
+	if s, ok := a.backend.(*lvmbackend.Shared); ok {
+		if lv := s.Listed(t.deviceClass, t.name); lv != nil {
+			if size, ok := a.kernelSize(lv); ok {
+				lv.SizeBytes = size
+				return lv, nil
+			}
+		}
+	}
+	return a.backend.GetVolume(ctx, t.deviceClass, t.name)
+}
+
+// kernelSize is the size of lv's device-mapper device, when the device of
+// lv's numbers is lv's: its name is LVM's for lv's path (/dev/VG/NAME).
+func (a *Agent) kernelSize(lv *lvmbackend.Volume) (int64, bool) {
+	vg, name := path.Split(lv.Path)
+	if lv.DevMajor == 0 || name != lv.Name || path.Dir(path.Clean(vg)) != "/dev" {
+		return 0, false
+	}
+	dir := filepath.Join(a.cfg.sysRoot, "/sys/dev/block", fmt.Sprintf("%d:%d", lv.DevMajor, lv.DevMinor))
+	dmName, err := os.ReadFile(filepath.Join(dir, "dm", "name"))
+	if err != nil || string(bytes.TrimSpace(dmName)) != lvmmeta.DMName(path.Base(vg), lv.Name) {
+		return 0, false
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "size"))
+	if err != nil {
+		return 0, false
+	}
+	sectors, err := strconv.ParseInt(string(bytes.TrimSpace(raw)), 10, 64)
+	if err != nil || sectors <= 0 {
+		return 0, false
+	}
+	return sectors * 512, true
+}

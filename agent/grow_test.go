@@ -2,6 +2,9 @@ package agent
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -168,4 +171,61 @@ func startGoogle(t *testing.T) (*lvmdfake.LVM, *env) {
 	t.Cleanup(func() { _ = b.Close() })
 	e := startOn(t, Config{}, fakeLVMD{lvm: m}, b)
 	return m, e
+}
+
+// With shared reads, a grow goes by the class's kept listing when the
+// kernel's device confirms the LV (its device-mapper name, at the listed
+// numbers) and reads the size from that device: no listing of its own.
+// Whatever does not match reads a fresh listing.
+func TestGrowConfirmedByTheKernel(t *testing.T) {
+	cases := []struct {
+		name    string
+		dmName  func(vg string) string // "" for no device in sysfs
+		sectors int64                  // the device's size
+		listed  bool                   // a listing of its own
+		want    int64                  // the answer
+		resized bool
+	}{
+		{name: "confirmed", dmName: func(vg string) string { return vg + "-lv1" }, sectors: 8 * mib / 512,
+			want: 32 * mib, resized: true},
+		{name: "the device is larger than listed", dmName: func(vg string) string { return vg + "-lv1" }, sectors: 40 * mib / 512,
+			want: 40 * mib},
+		{name: "another LV at the numbers", dmName: func(vg string) string { return vg + "-lv2" }, sectors: 8 * mib / 512,
+			listed: true, want: 32 * mib, resized: true},
+		{name: "no device", dmName: func(string) string { return "" },
+			listed: true, want: 32 * mib, resized: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			e := start(t, Config{sysRoot: root})
+			require.NoError(t, e.lvm.Add(lvmdfake.LV{Class: "thick", Name: "lv1", SizeBytes: 8 * mib, Tags: []string{OwnerTag("claim-uid")}}))
+			vols, err := e.agent.backend.ListVolumes(context.Background(), "thick")
+			require.NoError(t, err)
+			require.Len(t, vols, 1)
+			lv := vols[0]
+			if name := tc.dmName(filepath.Base(filepath.Dir(lv.Path))); name != "" {
+				dir := filepath.Join(root, "sys/dev/block", fmt.Sprintf("%d:%d", lv.DevMajor, lv.DevMinor))
+				require.NoError(t, os.MkdirAll(filepath.Join(dir, "dm"), 0o755))
+				require.NoError(t, os.WriteFile(filepath.Join(dir, "dm", "name"), []byte(name+"\n"), 0o644))
+				require.NoError(t, os.WriteFile(filepath.Join(dir, "size"), []byte(strconv.FormatInt(tc.sectors, 10)+"\n"), 0o644))
+			}
+			var lists, resized atomic.Int32
+			e.lvm.SetHook(func(op, _, _ string) error {
+				switch op {
+				case "list":
+					lists.Add(1)
+				case "resize":
+					resized.Add(1)
+				}
+				return nil
+			})
+			e.pv(t, "pv1", node, "claim-uid", growSpec("thick", 32*mib))
+			ann := e.waitGrow(t, "pv1")
+			require.Equal(t, kube.StateExpanded, ann[kube.AnnLifecycle], "annotations: %v", ann)
+			assert.Equal(t, strconv.FormatInt(tc.want, 10), ann[kube.AnnSize])
+			assert.Equal(t, tc.listed, lists.Load() > 0, "a listing of its own")
+			assert.Equal(t, tc.resized, resized.Load() > 0, "ResizeLV called")
+		})
+	}
 }

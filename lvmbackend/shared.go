@@ -32,7 +32,8 @@ import (
 //   - GetVolume (what a delete, a grow and the check after a failed create
 //     read: lv_attr, dependents, the LV's current state) always reads a
 //     listing that began after the call did; every GetVolume waiting at that
-//     moment shares that one listing.
+//     moment shares that one listing. (A grow first tries Listed, which
+//     it confirms with the kernel's device.)
 //   - Capacity is answered from an answer younger than MaxAge, or from the
 //     call in progress: the agent reads it for the names of the device
 //     classes.
@@ -148,6 +149,27 @@ func (s *Shared) GetVolume(ctx context.Context, deviceClass, name string) (*Volu
 		return nil, err
 	}
 	return pick(vols, deviceClass, name)
+}
+
+// Listed is name as the class's kept listing shows it (the agent's own
+// writes applied), while that listing is younger than MaxAge; nil when
+// there is none or the LV is not in it. Not a read: for a caller that
+// confirms what it uses of the answer by other means (a grow: the kernel's
+// device, agent/grow.go).
+func (s *Shared) Listed(deviceClass, name string) *Volume {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.classes[deviceClass]
+	if l == nil || !l.kept || s.now().Sub(l.at) >= s.maxAge {
+		return nil
+	}
+	i := slices.IndexFunc(l.vols, func(v Volume) bool { return v.Name == name })
+	if i < 0 {
+		return nil
+	}
+	v := l.vols[i]
+	v.Tags = slices.Clone(v.Tags)
+	return &v
 }
 
 // fresh returns a listing that began at or after since: the one in flight
