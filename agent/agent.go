@@ -75,9 +75,12 @@ type Config struct {
 
 // Agent is the reconciler.
 type Agent struct {
-	cfg      Config
-	client   apiclient.Interface
-	backend  lvmbackend.Backend
+	cfg     Config
+	client  apiclient.Interface
+	backend lvmbackend.Backend
+	// shared is backend when it shares lvmd's listings (cfg.ShareReads),
+	// else nil: a grow confirms its kept listing with the kernel.
+	shared   *lvmbackend.Shared
 	recorder record.EventRecorder
 	inf      *kube.Informers
 	queue    workqueue.TypedRateLimitingInterface[Key]
@@ -106,10 +109,11 @@ func New(cfg Config, client apiclient.Interface, backend lvmbackend.Backend, rec
 	if metrics == nil {
 		metrics = NewMetrics(nil)
 	}
+	var shared *lvmbackend.Shared
 	if cfg.ShareReads {
 		// Outside the bound: a request waiting for a shared listing holds
 		// no turn of lvmd's.
-		shared := lvmbackend.NewShared(backend, cfg.ReadMaxAge)
+		shared = lvmbackend.NewShared(backend, cfg.ReadMaxAge)
 		if metrics.reg != nil {
 			metrics.reg.MustRegister(shared)
 		}
@@ -128,7 +132,7 @@ func New(cfg Config, client apiclient.Interface, backend lvmbackend.Backend, rec
 		cfg.WaitPoll = 10 * time.Second
 	}
 	limiter := workqueue.NewTypedItemExponentialFailureRateLimiter[Key](cfg.BackoffBase, cfg.BackoffMax)
-	a := &Agent{cfg: cfg, client: client, backend: backend, recorder: recorder, inf: inf, metrics: metrics,
+	a := &Agent{cfg: cfg, client: client, backend: backend, shared: shared, recorder: recorder, inf: inf, metrics: metrics,
 		busy: map[target]bool{}, limiter: limiter,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(limiter,
 			workqueue.TypedRateLimitingQueueConfig[Key]{Name: "lvm-agent", MetricsProvider: metrics}),

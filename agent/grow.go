@@ -6,9 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -86,8 +86,8 @@ func expanded(size int64) outcome { return outcome{state: kube.StateExpanded, si
 // not listed, a device that does not match) it reads a fresh listing, as a
 // delete does.
 func (a *Agent) growRead(ctx context.Context, t target) (*lvmbackend.Volume, error) {
-	if s, ok := a.backend.(*lvmbackend.Shared); ok {
-		if lv := s.Listed(t.deviceClass, t.name); lv != nil {
+	if a.shared != nil {
+		if lv := a.shared.Listed(t.deviceClass, t.name); lv != nil {
 			if size, ok := a.kernelSize(lv); ok {
 				lv.SizeBytes = size
 				return lv, nil
@@ -100,13 +100,14 @@ func (a *Agent) growRead(ctx context.Context, t target) (*lvmbackend.Volume, err
 // kernelSize is the size of lv's device-mapper device, when the device of
 // lv's numbers is lv's: its name is LVM's for lv's path (/dev/VG/NAME).
 func (a *Agent) kernelSize(lv *lvmbackend.Volume) (int64, bool) {
-	vg, name := path.Split(lv.Path)
-	if lv.DevMajor == 0 || name != lv.Name || path.Dir(path.Clean(vg)) != "/dev" {
+	rest, ok := strings.CutPrefix(lv.Path, "/dev/")
+	vg, name, _ := strings.Cut(rest, "/")
+	if !ok || lv.DevMajor == 0 || name != lv.Name {
 		return 0, false
 	}
 	dir := filepath.Join(a.cfg.sysRoot, "/sys/dev/block", fmt.Sprintf("%d:%d", lv.DevMajor, lv.DevMinor))
 	dmName, err := os.ReadFile(filepath.Join(dir, "dm", "name"))
-	if err != nil || string(bytes.TrimSpace(dmName)) != lvmmeta.DMName(path.Base(vg), lv.Name) {
+	if err != nil || string(bytes.TrimSpace(dmName)) != lvmmeta.DMName(vg, lv.Name) {
 		return 0, false
 	}
 	raw, err := os.ReadFile(filepath.Join(dir, "size"))
