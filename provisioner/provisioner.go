@@ -17,6 +17,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -272,5 +273,13 @@ func (p *Provisioner) Delete(ctx context.Context, pv *corev1.PersistentVolume) e
 	defer stop()
 	// Ended by the node's loss: the controller's mark on the PV brings the
 	// library back here at once.
-	return lostError(wctx, node, kube.DeleteVolumeFrom(wctx, p.api, pv, vg, lv, nil))
+	err = lostError(wctx, node, kube.DeleteVolumeFrom(wctx, p.api, pv, vg, lv, nil))
+	if apierrors.IsNotFound(err) {
+		// The PV is gone from the API server: its delete is done. The
+		// library calls again with the PV its cache still holds when the
+		// agent's answer updated the PV during the first call; an error
+		// here would be a VolumeFailedDelete warning on a deleted volume.
+		return &controller.IgnoredError{Reason: "PV " + pv.Name + " is already deleted"}
+	}
+	return err
 }

@@ -235,6 +235,24 @@ func TestDeleteAsksAgent(t *testing.T) {
 	}
 }
 
+// The library calls Delete again with the PV its cache still holds when the
+// agent's answer updated the PV during the first call; by then the PV may be
+// gone. That is a delete done, not a failure: ignored (no VolumeFailedDelete
+// warning, no retry), whereas a PV the API server still has is asked about.
+func TestDeleteOfAPVAlreadyGone(t *testing.T) {
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pvc-uid-1", ResourceVersion: "7",
+		Annotations: map[string]string{kube.AnnSpec: "vg0/pvc-uid-1", kube.AnnLifecycle: kube.StateDeleted}},
+		Spec: corev1.PersistentVolumeSpec{PersistentVolumeSource: corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: "/dev/vg0/pvc-uid-1"}}}}
+	err := New(fake.NewClientset(), Config{Timeout: 5 * time.Second}).Delete(context.Background(), pv)
+	var ignored *controller.IgnoredError
+	require.ErrorAs(t, err, &ignored)
+	assert.Contains(t, ignored.Reason, "already deleted")
+
+	// Still there (answered): no error, nothing ignored.
+	client := fake.NewClientset(pv.DeepCopy())
+	require.NoError(t, New(client, Config{Timeout: 5 * time.Second}).Delete(context.Background(), pv))
+}
+
 func TestCheckName(t *testing.T) {
 	for name, ok := range map[string]bool{
 		kube.DefaultProvisioner:  true,
