@@ -431,6 +431,11 @@ watches+=($!)
 # (each stack's whole logs are taken again at the end).
 watch_loop get events -A -w --field-selector type=Warning -o jsonpath='{.involvedObject.namespace}{"/"}{.involvedObject.name}{" "}{.reason}{" "}{.message}{"\n"}' > >(stamp >>"$w/events.log") &
 watches+=($!)
+# Every write of an event (its POST, then each PATCH that counts it again):
+# one line per (uid, resourceVersion), so a watch started again lists no
+# write twice.
+watch_loop get events -A -w -o jsonpath='{.metadata.uid}{" "}{.metadata.resourceVersion}{" "}{.reportingComponent}{" "}{.source.component}{" "}{.reason}{" "}{.involvedObject.kind}{" "}{.involvedObject.namespace}{" "}{.involvedObject.name}{"\n"}' > >(stamp >>"$w/event-writes.log") &
+watches+=($!)
 for c in lvm-agent lvmd; do
   watch_loop -n lvm-agent logs -f ds/lvm-agent -c "$c" --timestamps --since=1s >>"$w/logs/live.$c.txt" &
   watches+=($!)
@@ -489,6 +494,42 @@ stat -c '%s %n' "$bin"/images/lvm-agent-amd64.tar "$bin"/images/lvmd.tar "$bin"/
 #              apply to the last LV gone), and the peak of the RSS sampled each second
 #   node       kubelet (with the mkfs, fsck and mount it runs for local PVs) and
 #              the control plane's daemons during each stack's bursts, mean per burst
+# event_writes: the event writes (event-writes.log) during each stack's
+# one-at-a-time phases, per volume, by the component that wrote them, the
+# reason and whose object it is: "bench" (its claims, their PVs and Pods),
+# "own" (the stack's own Pods) or "other" (the other stack's, the
+# cluster's). The "API requests per volume" row counts them all.
+event_writes() {
+  local s r
+  for s in "${STACKS[@]}"; do
+    for r in $(seq 1 "$rounds"); do
+      echo "$s $(cat "$w/snap/$s.r$r.seq.a.t" 2>/dev/null) $(cat "$w/snap/$s.r$r.seq.b.t" 2>/dev/null)"
+    done
+  done >"$w/seq-windows"
+  # shellcheck disable=SC2016 # awk's own $
+  # (one space between fields, empty ones kept: a PV's namespace)
+  awk -F '[ ]' -v vols=$((runs * rounds)) -v ns_a="${NS[lvm-agent]}" -v ns_t="${NS[topolvm]}" '
+    FILENAME ~ /seq-windows$/ { if (NF == 3) { n++; WS[n] = $1; WA[n] = $2; WB[n] = $3 }; next }
+    FILENAME ~ /watch.log$/ { if ($2 == "pv") { c = $4; sub(/^claim=/, "", c); PVC[$3] = c }; next }
+    {
+      if (SEEN[$2, $3]++) next
+      for (i = 1; i <= n; i++) if ($1 >= WA[i] && $1 <= WB[i]) break
+      if (i > n) next
+      who = ($4 != "" ? $4 : $5); obj = $9
+      if ($7 == "PersistentVolume" && obj in PVC) obj = PVC[obj]
+      whose = "other"
+      if (obj ~ ("^" WS[i] "-r")) whose = "bench"
+      else if ($8 == (WS[i] == "lvm-agent" ? ns_a : ns_t)) whose = "own"
+      k = who " " $6 " (" whose " " $7 ")"; W[WS[i], k]++; K[k] = 1; T[WS[i]]++
+    }
+    END {
+      printf "\nEvent writes per volume in the one-at-a-time phases (POST and PATCH), by who wrote them\n"
+      printf "  %-80s %9s %9s\n", "writer reason (whose kind)", "lvm-agent", "TopoLVM"
+      printf "  %-80s %9.1f %9.1f\n", "all", T["lvm-agent"] / vols, T["topolvm"] / vols
+      for (k in K) printf "  %-80s %9.1f %9.1f\n", k, W["lvm-agent", k] / vols, W["topolvm", k] / vols | "sort"
+      close("sort")
+    }' "$w/seq-windows" "$w/watch.log" "$w/event-writes.log"
+}
 report() {
   step "Side by side: lvm-agent ÷ TopoLVM on every row (lower is better for lvm-agent)" \
     "TopoLVM v0.41.0 with its chart's defaults (scheduler extender, webhook, snapshots off; one controller" \
@@ -652,6 +693,7 @@ report() {
     echo "peak RSS during $s's bursts (all pods on the node, MiB): $(cat "$w"/snap/"$s".r*.burst.rss 2>/dev/null |
       awk '{ t = $1; sum[t] += $3 } END { m = 0; for (t in sum) if (sum[t] > m) m = sum[t]; printf "%.1f", m / 1024 }')"
   done | tee -a "$w/report.txt"
+  event_writes | tee -a "$w/report.txt"
   # Every hop's median, and the SVG of them (scripts/guest/timeline.awk).
   local logs
   mapfile -t logs < <(find "$w/logs" -maxdepth 1 -type f -name '*.log' -o -type f -name 'live.*.txt')
