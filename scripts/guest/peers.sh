@@ -432,9 +432,9 @@ watches+=($!)
 watch_loop get events -A -w --field-selector type=Warning -o jsonpath='{.involvedObject.namespace}{"/"}{.involvedObject.name}{" "}{.reason}{" "}{.message}{"\n"}' > >(stamp >>"$w/events.log") &
 watches+=($!)
 # Every write of an event (its POST, then each PATCH that counts it again):
-# one line per (uid, resourceVersion), so a watch started again lists no
-# write twice.
-watch_loop get events -A -w -o jsonpath='{.metadata.uid}{" "}{.metadata.resourceVersion}{" "}{.reportingComponent}{" "}{.source.component}{" "}{.reason}{" "}{.involvedObject.kind}{" "}{.involvedObject.namespace}{" "}{.involvedObject.name}{"\n"}' > >(stamp >>"$w/event-writes.log") &
+# one line per (uid, resourceVersion); --watch-only: not the events there
+# before (a watch started again misses the writes while it was down).
+watch_loop get events -A --watch-only -o jsonpath='{.metadata.uid}{" "}{.metadata.resourceVersion}{" "}{.reportingComponent}{" "}{.source.component}{" "}{.reason}{" "}{.involvedObject.kind}{" "}{.involvedObject.namespace}{" "}{.involvedObject.name}{"\n"}' > >(stamp >>"$w/event-writes.log") &
 watches+=($!)
 for c in lvm-agent lvmd; do
   watch_loop -n lvm-agent logs -f ds/lvm-agent -c "$c" --timestamps --since=1s >>"$w/logs/live.$c.txt" &
