@@ -461,6 +461,9 @@ func (a *Agent) answer(r req, out outcome, start time.Time, st *steps) syncResul
 		kv = append(kv, "sizeBytes", out.size)
 	}
 	klog.InfoS("Volume request done", append(append(kv, "duration", time.Since(start), "write", wrote), st.kvs()...)...)
+	if a.shared != nil {
+		a.shared.Refresh() // between requests, not in the next create's path
+	}
 	if out.state == kube.StateExpanded {
 		a.recorder.Eventf(obj, corev1.EventTypeNormal, "VolumeExpanded", "volume expanded to %d bytes by lvm-agent on node %s", out.size, a.cfg.Node.Name)
 	} else {

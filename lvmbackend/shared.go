@@ -142,6 +142,41 @@ func (s *Shared) ListVolumes(ctx context.Context, deviceClass string) ([]Volume,
 	return s.fresh(ctx, deviceClass, time.Time{})
 }
 
+// Refresh reads again, in the background, what a create reads from this
+// Shared once it is older than half of MaxAge: each device class's kept
+// listing and the device classes (Capacity). The agent calls it after each
+// answer: the reads then run between requests, and the next create finds
+// them young instead of waiting for them once they pass MaxAge (with
+// topolvm's lvmd a listing forks lvs, and Capacity runs lvm fullreport:
+// seconds each on a loaded node, and a create reads every class). Nothing
+// is read at rest, and a class is read at most once per half MaxAge.
+func (s *Shared) Refresh() {
+	if s.maxAge <= 0 {
+		return
+	}
+	s.mu.Lock()
+	now, half := s.now(), s.maxAge/2
+	var due []string
+	for dc, l := range s.classes {
+		if l.kept && l.flight == nil && now.Sub(l.at) >= half {
+			due = append(due, dc)
+		}
+	}
+	caps := s.caps != nil && s.capsFlight == nil && now.Sub(s.capsAt) >= half
+	s.mu.Unlock()
+	read := func(f func(context.Context)) {
+		ctx, cancel := context.WithTimeout(context.Background(), s.maxAge)
+		defer cancel()
+		f(ctx)
+	}
+	for _, dc := range due {
+		go read(func(ctx context.Context) { _, _ = s.fresh(ctx, dc, time.Time{}) })
+	}
+	if caps {
+		go read(func(ctx context.Context) { _, _ = s.capacity(ctx, half) })
+	}
+}
+
 // GetVolume reads a listing that began after the call.
 func (s *Shared) GetVolume(ctx context.Context, deviceClass, name string) (*Volume, error) {
 	vols, err := s.fresh(ctx, deviceClass, s.now())
@@ -340,8 +375,13 @@ type capsFlight struct {
 // Capacity answers from an answer younger than MaxAge, or shares the call
 // in progress, or else makes one.
 func (s *Shared) Capacity(ctx context.Context) ([]Capacity, error) {
+	return s.capacity(ctx, s.maxAge)
+}
+
+// capacity answers from an answer younger than maxAge, or as Capacity.
+func (s *Shared) capacity(ctx context.Context, maxAge time.Duration) ([]Capacity, error) {
 	s.mu.Lock()
-	if s.caps != nil && s.now().Sub(s.capsAt) < s.maxAge {
+	if s.caps != nil && s.now().Sub(s.capsAt) < maxAge {
 		caps := slices.Clone(s.caps)
 		s.mu.Unlock()
 		return caps, nil

@@ -287,3 +287,41 @@ func TestSharedCapacityInFlight(t *testing.T) {
 	wg.Wait()
 	assert.EqualValues(t, 1, b.calls.Load(), "one call for eight readers")
 }
+
+// Refresh reads again, in the background, a kept listing and the device
+// classes once they are older than half of MaxAge, so that the next read
+// finds them young; younger ones, and nothing at all at rest, are left.
+func TestSharedRefresh(t *testing.T) {
+	const maxAge = time.Second
+	s := newSharedLVMD(t, maxAge)
+	b := &slowCapacity{Backend: s.shared.Backend}
+	shared := lvmbackend.NewShared(b, maxAge)
+	start := time.Now()
+	ctx := context.Background()
+	_, err := shared.ListVolumes(ctx, "vg1")
+	require.NoError(t, err)
+	_, err = shared.Capacity(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, s.lists.Load())
+	require.EqualValues(t, 1, b.calls.Load())
+
+	shared.Refresh()
+	time.Sleep(100 * time.Millisecond)
+	assert.EqualValues(t, 1, s.lists.Load(), "younger than half of MaxAge: not read again")
+	assert.EqualValues(t, 1, b.calls.Load())
+
+	time.Sleep(time.Until(start.Add(maxAge * 6 / 10))) // past half of MaxAge
+	_, err = s.m.Create("vg1", "foreign", 4096, nil)
+	require.NoError(t, err)
+	shared.Refresh()
+	s.waitLists(t, 2)
+	require.Eventually(t, func() bool { return b.calls.Load() == 2 }, 5*time.Second, time.Millisecond)
+	time.Sleep(time.Until(start.Add(maxAge * 11 / 10))) // the first listing is past MaxAge, the refreshed one is not
+	vols, err := shared.ListVolumes(ctx, "vg1")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"foreign"}, names(vols), "the refreshed listing, kept")
+	_, err = shared.Capacity(ctx)
+	require.NoError(t, err)
+	assert.EqualValues(t, 2, s.lists.Load(), "answered by the refreshed listing")
+	assert.EqualValues(t, 2, b.calls.Load(), "answered by the refreshed capacity")
+}
