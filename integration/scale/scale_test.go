@@ -35,8 +35,17 @@ func TestSmallScale(t *testing.T) {
 		assert.Greater(t, r.ready, time.Duration(0), name)
 		assert.Greater(t, r.sync.rssMiB, 0.0, name)
 		assert.Equal(t, float64(cfg.burst*len(cfg.latencies)+cfg.sequential+r.unlabelledAnswered), r.transitions, name)
-		assert.Equal(t, r.transitions, r.pvcWrites, "%s: one write per transition", name)
-		assert.Zero(t, r.pvcConflicts, name)
+		assert.Equal(t, r.transitions+r.pvcConflicts, r.pvcWrites, "%s: one write per transition, and one more per conflict", name)
+		if r.mode == "hybrid" {
+			// An unlabelled request has two writers by design: the labeller
+			// labels it while a sweep may find it first and answer. The one
+			// whose patch meets the other's gets a 409 and reads again
+			// (CI saw one in hybrid/200, where the labeller lists 200
+			// foreign objects too).
+			assert.LessOrEqual(t, r.pvcConflicts, float64(r.unlabelled), "%s: conflicts only on the unlabelled requests", name)
+		} else {
+			assert.Zero(t, r.pvcConflicts, name)
+		}
 		for _, b := range r.bursts {
 			assert.Zero(t, b.failed, name)
 			assert.Greater(t, b.total, time.Duration(0), name)
