@@ -79,7 +79,8 @@ type Agent struct {
 	client  apiclient.Interface
 	backend lvmbackend.Backend
 	// shared is backend when it shares lvmd's listings (cfg.ShareReads),
-	// else nil: a grow confirms its kept listing with the kernel.
+	// else nil: a grow confirms its kept listing with the kernel, and each
+	// answer has aging listings read again (Refresh).
 	shared   *lvmbackend.Shared
 	recorder record.EventRecorder
 	inf      *kube.Informers
