@@ -202,13 +202,40 @@ func ExpandVolumeWithAnnotations(ctx context.Context, c apiclient.Interface, pvN
 	if err != nil {
 		return 0, err
 	}
-	pv, err := askPV(ctx, c, pvName, request(StateExpanding, string(raw)).Remove(AnnSize), StateExpanding, "", onState)
+	return expanded(askPV(ctx, c, pvName, expandRequest(raw), StateExpanding, "", onState))
+}
+
+// ExpandVolumeFrom is ExpandVolumeWithAnnotations for a PV the caller has
+// read already (the resizer's cache): the request is written without a
+// read first, in a merge patch conditional on the PV's resourceVersion; a
+// PV changed since is read again (ExpandVolumeWithAnnotations).
+func ExpandVolumeFrom(ctx context.Context, c apiclient.Interface, pv *corev1.PersistentVolume, spec CreateSpec, onState StateFunc) (int64, error) {
+	if pv.ResourceVersion != "" {
+		raw, err := json.Marshal(spec)
+		if err != nil {
+			return 0, err
+		}
+		answered, err := askPVAsRead(ctx, c, pv, pv.ResourceVersion, expandRequest(raw), StateExpanding, onState)
+		if !apierrors.IsConflict(err) {
+			return expanded(answered, err)
+		}
+	}
+	return ExpandVolumeWithAnnotations(ctx, c, pv.Name, spec, onState)
+}
+
+// expandRequest asks for spec and removes the volume.size of an earlier answer.
+func expandRequest(spec []byte) Change {
+	return request(StateExpanding, string(spec)).Remove(AnnSize)
+}
+
+// expanded is the LV's size the agent's answer on pv says.
+func expanded(pv *corev1.PersistentVolume, err error) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
 	size, err := strconv.ParseInt(pv.Annotations[AnnSize], 10, 64)
 	if err != nil || size <= 0 {
-		return 0, fmt.Errorf("PV %s: expanded, but %s is %q, not a size in bytes", pvName, AnnSize, pv.Annotations[AnnSize])
+		return 0, fmt.Errorf("PV %s: expanded, but %s is %q, not a size in bytes", pv.Name, AnnSize, pv.Annotations[AnnSize])
 	}
 	return size, nil
 }

@@ -234,10 +234,11 @@ func fromWorld(t *testing.T, obj runtime.Object, changed bool, resource string) 
 	return c, watching, ctx, preconditioned(c, resource)
 }
 
-// CreateVolumeFrom and DeleteVolumeFrom write the request on the object as
-// the caller read it, without reading it first, conditional on its
-// resourceVersion; an object changed since is read again and asked as
-// CreateVolume and DeleteVolumeWithAnnotations ask, and keeps the change.
+// CreateVolumeFrom, DeleteVolumeFrom and ExpandVolumeFrom write the
+// request on the object as the caller read it, without reading it first,
+// conditional on its resourceVersion; an object changed since is read
+// again and asked as CreateVolume, DeleteVolumeWithAnnotations and
+// ExpandVolumeWithAnnotations ask, and keeps the change.
 func TestVolumeFrom(t *testing.T) {
 	for _, changed := range []bool{false, true} {
 		want := []string{"patch"}
@@ -283,6 +284,35 @@ func TestVolumeFrom(t *testing.T) {
 			_, err = c.CoreV1().PersistentVolumes().Update(ctx, got, metav1.UpdateOptions{})
 			require.NoError(t, err)
 			require.NoError(t, <-done)
+		})
+		t.Run(fmt.Sprintf("expand, changed since: %v", changed), func(t *testing.T) {
+			pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv", ResourceVersion: "1",
+				Annotations: map[string]string{AnnSpec: "vg0/lv", AnnSize: "4096"}, Labels: map[string]string{LabelNode: "node-a"}}}
+			read := pv.DeepCopy()
+			c, watching, ctx, rvs := fromWorld(t, pv, changed, "persistentvolumes")
+			type result struct {
+				size int64
+				err  error
+			}
+			done := make(chan result, 1)
+			go func() {
+				size, err := ExpandVolumeFrom(ctx, clientset.Wrap(c), read, CreateSpec{VolumeGroup: "vg0", Name: "lv", Size: 8192}, nil)
+				done <- result{size, err}
+			}()
+			<-watching
+			assert.Equal(t, want, verbs(c, "persistentvolumes"))
+			assert.Equal(t, "1", (*rvs)[0], "the first request is conditional on the PV as read")
+			got, err := c.CoreV1().PersistentVolumes().Get(ctx, "pv", metav1.GetOptions{})
+			require.NoError(t, err)
+			assert.Equal(t, StateExpanding, got.Annotations[AnnLifecycle])
+			assert.NotContains(t, got.Annotations, AnnSize, "the earlier answer's size is removed")
+			assert.Equal(t, map[bool]string{true: "x"}[changed], got.Labels["app"], "the change since is kept")
+			got.Annotations[AnnLifecycle], got.Annotations[AnnSize] = StateExpanded, "8192"
+			_, err = c.CoreV1().PersistentVolumes().Update(ctx, got, metav1.UpdateOptions{})
+			require.NoError(t, err)
+			r := <-done
+			require.NoError(t, r.err)
+			assert.EqualValues(t, 8192, r.size)
 		})
 	}
 }

@@ -68,7 +68,7 @@ type Config struct {
 	// node's hostname label and capacity annotation instead of a round trip
 	// to the API server before each request (nil: always that round trip).
 	// A Node it does not hold, or holds without the label, is read from the
-	// API server.
+	// API server; so is the Node of a grow the cache does not say it can.
 	Nodes corelisters.NodeLister
 }
 

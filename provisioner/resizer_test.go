@@ -14,8 +14,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/lvm-agent/lvm-agent/kube"
 	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
@@ -158,6 +161,56 @@ func TestResizeAnswers(t *testing.T) {
 	pv.Spec.Local = nil
 	pv.Spec.CSI = &corev1.CSIPersistentVolumeSource{Driver: kube.DefaultDriver}
 	assert.False(t, r.CanSupport(pv, nil), "a CSI PV (an original agent's)")
+}
+
+// A grow's path reads neither the Node nor the PV from the API server when
+// the Node cache says the agent grows volumes and the PV is as the
+// controller read it; a cache that says nothing, or says the agent does not
+// grow (behind an upgraded agent), is never the reason for a refusal: the
+// Nodes are read from the API server then.
+func TestResizeFromTheCaches(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		cached, api *bool // nil: no such Node
+		code        codes.Code
+		listed      bool
+	}{
+		{name: "cache says it grows", cached: ptr(true), api: ptr(true)},
+		{name: "cache behind an upgraded agent", cached: ptr(false), api: ptr(true), listed: true},
+		{name: "Node not in the cache yet", api: ptr(true), listed: true},
+		{name: "neither says it grows", cached: ptr(false), api: ptr(false), listed: true, code: codes.InvalidArgument},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			pvc, pv := boundClaim("data", corev1.PersistentVolumeFilesystem, "64Mi")
+			objs := []runtime.Object{pvc, pv}
+			if c.api != nil {
+				objs = append(objs, growNode(*c.api))
+			}
+			client := fake.NewClientset(objs...)
+			indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+			if c.cached != nil {
+				require.NoError(t, indexer.Add(growNode(*c.cached)))
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			g := &growAgent{free: 1 << 30, sizes: map[string]int64{pv.Name: 64 * mi}}
+			go g.run(ctx, client)
+			client.ClearActions()
+			r := NewResizer(client, Config{Timeout: 5 * time.Second, Nodes: corelisters.NewNodeLister(indexer)})
+			size, _, err := r.Resize(pv, resource.MustParse("128Mi"))
+			assert.Equal(t, c.code, status.Code(err), "%v", err)
+			var listed, gotPV bool
+			for _, a := range client.Actions() {
+				listed = listed || a.GetVerb() == "list" && a.GetResource().Resource == "nodes"
+				gotPV = gotPV || a.GetVerb() == "get" && a.GetResource().Resource == "persistentvolumes"
+			}
+			assert.Equal(t, c.listed, listed, "Nodes listed from the API server")
+			assert.False(t, gotPV, "the PV is asked as the controller read it")
+			if c.code == codes.OK {
+				assert.EqualValues(t, 128*mi, size.Value())
+			}
+		})
+	}
 }
 
 // The state machine Kubernetes defines, driven by external-resizer's

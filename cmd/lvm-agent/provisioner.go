@@ -161,7 +161,7 @@ func runProvisioner(o provisionerOptions) error {
 		// Clones are placed on their source's node before any Pod is.
 		go provisioner.RunPlacer(ctx, client, p)
 		if o.resize {
-			go provisioner.RunResizer(ctx, client, provisioner.NewResizer(client, provisioner.Config{Name: o.name, Timeout: o.timeout, CapacityAnnotation: o.capacityAnnotation}), o.workers)
+			go provisioner.RunResizer(ctx, client, provisioner.NewResizer(client, provisioner.Config{Name: o.name, Timeout: o.timeout, CapacityAnnotation: o.capacityAnnotation, Nodes: nodes}), o.workers)
 		}
 		if o.label {
 			// The library serves the default registry at --metrics-port.
