@@ -260,3 +260,28 @@ func TestOldListingDecidesNothingInTheWay(t *testing.T) {
 	e.pvc(t, "default", "d", node, cloneSpec("thin", "src", kube.CloneSnapshot, 4096))
 	created("d", "")
 }
+
+// A claim asked again under another name after its create was answered:
+// its LV, made by the node's other agent after this agent's kept listing
+// began, is found by a listing begun now, and no second LV is made (the
+// chaos suite's seed 1 once had two).
+func TestRenamedAfterAnotherAgentsAnswer(t *testing.T) {
+	e := start(t, Config{})
+	// This agent keeps a listing of the class: a first claim made.
+	e.pvc(t, "default", "first", node, spec(`{"volumeGroup":"thick","name":"lv-first","size":4096}`))
+	require.Equal(t, kube.StateCreated, e.waitPVC(t, "default", "first")[kube.AnnLifecycle])
+	// The other agent made the claim's LV and answered with it.
+	_, err := e.lvm.Create("thick", "lv0", 4096, []string{OwnerTag("default-pvc-uid")})
+	require.NoError(t, err)
+	ann := spec(`{"volumeGroup":"thick","name":"lv1","size":4096}`)
+	ann[kube.AnnDevice] = "/dev/vg0/lv0"
+	e.pvc(t, "default", "pvc", node, ann)
+	got := e.waitPVC(t, "default", "pvc")
+	assert.Equal(t, kube.StateFailed, got[kube.AnnLifecycle], "%v", got)
+	assert.Equal(t, kube.ReasonVolumeMismatch, got[kube.AnnReason])
+	lvs, err := e.lvm.List("thick")
+	require.NoError(t, err)
+	for _, lv := range lvs {
+		assert.NotEqual(t, "lv1", lv.Name, "a second LV of the claim")
+	}
+}

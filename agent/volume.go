@@ -138,12 +138,21 @@ func (a *Agent) create(ctx context.Context, pvc *corev1.PersistentVolumeClaim, s
 		out outcome
 		ok  bool
 	}
+	// A claim asked again after a create was answered (its volume.device
+	// stays with the request) may have its LV from the node's other agent,
+	// a rollout's second pod, made after this agent's kept listings began:
+	// they would not show it, and a request under another name would get a
+	// second LV. Its listings begin now.
+	lctx := ctx
+	if pvc.Annotations[kube.AnnDevice] != "" {
+		lctx = lvmbackend.WithFresh(ctx)
+	}
 	others := make(chan found, 1)
 	go func() {
-		out, ok := a.elsewhere(ctx, t, tag)
+		out, ok := a.elsewhere(lctx, t, tag)
 		others <- found{out, ok}
 	}()
-	lvs, err := a.backend.ListVolumes(ctx, t.deviceClass)
+	lvs, err := a.backend.ListVolumes(lctx, t.deviceClass)
 	st.done("lvmdList")
 	switch {
 	case errors.Is(err, lvmbackend.ErrUnknownDeviceClass):

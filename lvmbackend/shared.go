@@ -28,7 +28,9 @@ import (
 //     unknown (an error) drops the listing. Changes made by anything else
 //     on the node are seen within MaxAge; a create cannot hurt them even
 //     then, because lvcreate refuses a name that is taken and the agent
-//     judges that refusal by a fresh GetVolume.
+//     judges that refusal by a fresh GetVolume. (A caller whose decision
+//     needs another process's LVs, the agent's create of a claim asked
+//     again, passes WithFresh.)
 //   - GetVolume (what a delete, a grow and the check after a failed create
 //     read: lv_attr, dependents, the LV's current state) always reads a
 //     listing that began after the call did; every GetVolume waiting at that
