@@ -198,34 +198,26 @@ func DeleteVolumeWithAnnotations(ctx context.Context, c apiclient.Interface, pvN
 // volume.size of an earlier answer), then watches until the answer, and
 // returns the LV's size as the agent read it after the grow.
 func ExpandVolumeWithAnnotations(ctx context.Context, c apiclient.Interface, pvName string, spec CreateSpec, onState StateFunc) (int64, error) {
-	raw, err := json.Marshal(spec)
-	if err != nil {
-		return 0, err
-	}
-	return expanded(askPV(ctx, c, pvName, expandRequest(raw), StateExpanding, "", onState))
+	return ExpandVolumeFrom(ctx, c, &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: pvName}}, spec, onState)
 }
 
 // ExpandVolumeFrom is ExpandVolumeWithAnnotations for a PV the caller has
 // read already (the resizer's cache): the request is written without a
 // read first, in a merge patch conditional on the PV's resourceVersion; a
-// PV changed since is read again (ExpandVolumeWithAnnotations).
+// PV changed since (or one without a resourceVersion) is read first.
 func ExpandVolumeFrom(ctx context.Context, c apiclient.Interface, pv *corev1.PersistentVolume, spec CreateSpec, onState StateFunc) (int64, error) {
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		return 0, err
+	}
+	req := request(StateExpanding, string(raw)).Remove(AnnSize)
 	if pv.ResourceVersion != "" {
-		raw, err := json.Marshal(spec)
-		if err != nil {
-			return 0, err
-		}
-		answered, err := askPVAsRead(ctx, c, pv, pv.ResourceVersion, expandRequest(raw), StateExpanding, onState)
+		answered, err := askPVAsRead(ctx, c, pv, pv.ResourceVersion, req, StateExpanding, onState)
 		if !apierrors.IsConflict(err) {
 			return expanded(answered, err)
 		}
 	}
-	return ExpandVolumeWithAnnotations(ctx, c, pv.Name, spec, onState)
-}
-
-// expandRequest asks for spec and removes the volume.size of an earlier answer.
-func expandRequest(spec []byte) Change {
-	return request(StateExpanding, string(spec)).Remove(AnnSize)
+	return expanded(askPV(ctx, c, pv.Name, req, StateExpanding, "", onState))
 }
 
 // expanded is the LV's size the agent's answer on pv says.

@@ -175,7 +175,7 @@ if has guest || has integration; then run kubernetes kubernetes || failed=1; fi
 # only slowed (4.3 CPU-minutes, measured after lvm-agent's own build), and
 # niced, so that it takes the CPU the builds and the guest leave. Warm, a
 # cache lookup.
-if has integration; then nice -n 19 scripts/helm.sh >/dev/null 2>"$work/helm.err" & fi
+if has integration; then nice -n 19 scripts/helm.sh >/dev/null 2>&1 & fi
 ! has images || background images
 if has guest; then
   # The guest is the longest step and leaves part of the host idle (its
