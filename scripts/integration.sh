@@ -32,8 +32,8 @@ trap 'rm -rf "$work"' EXIT
 # The agent as make build builds it, once for every process (the harness
 # builds its own when LVM_AGENT_BIN is unset).
 t1=$SECONDS
-go build -buildvcs=auto -trimpath -tags nodeagent -ldflags "$(scripts/version.sh)" -o "$work/lvm-agent" ./cmd/lvm-agent || exit
-go build -buildvcs=auto -trimpath -ldflags "$(scripts/version.sh)" -o "$work/lvm-agent-provisioner" ./cmd/lvm-agent || exit
+go build -buildvcs=auto -trimpath -tags nodeagent,grpcnotrace -ldflags "$(scripts/version.sh)" -o "$work/lvm-agent" ./cmd/lvm-agent || exit
+go build -buildvcs=auto -trimpath -tags grpcnotrace -ldflags "$(scripts/version.sh)" -o "$work/lvm-agent-provisioner" ./cmd/lvm-agent || exit
 export LVM_AGENT_BIN=$work/lvm-agent
 times_add "build: lvm-agent" $((SECONDS - t1))
 t1=$SECONDS

@@ -102,8 +102,8 @@ type Process struct {
 
 // AgentBinary is the lvm-agent binary under test: $LVM_AGENT_BIN, or built
 // once from the module into dir as `make build` builds it: the node agent's
-// build (-tags nodeagent), lvm-agent-provisioner beside it, both stamped
-// with scripts/version.sh's linker flags.
+// build (-tags nodeagent), lvm-agent-provisioner beside it, both with
+// grpcnotrace and stamped with scripts/version.sh's linker flags.
 func AgentBinary(t TB, dir string) string {
 	t.Helper()
 	if bin := os.Getenv("LVM_AGENT_BIN"); bin != "" {
@@ -117,7 +117,7 @@ func AgentBinary(t TB, dir string) string {
 	if err != nil {
 		t.Fatalf("scripts/version.sh: %v", err)
 	}
-	for name, tags := range map[string]string{"lvm-agent": "nodeagent", "lvm-agent-provisioner": ""} {
+	for name, tags := range map[string]string{"lvm-agent": "nodeagent,grpcnotrace", "lvm-agent-provisioner": "grpcnotrace"} {
 		cmd := exec.Command("go", "build", "-tags", tags, "-ldflags", strings.TrimSpace(string(ldflags)),
 			"-o", filepath.Join(dir, name), "github.com/lvm-agent/lvm-agent/cmd/lvm-agent")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")

@@ -81,7 +81,7 @@ project() {
   local rc=0 w
   for w in "${want[@]}"; do
     case $w in
-      lvm-agent) build lvm-agent build -tags nodeagent "${flags[@]}" ./cmd/lvm-agent || rc=1 ;;
+      lvm-agent) build lvm-agent build -tags nodeagent,grpcnotrace "${flags[@]}" ./cmd/lvm-agent || rc=1 ;;
       guest.test) build guest.test test -c -tags guest "${flags[@]}" ./integration/guest || rc=1 ;;
       lvm-devcluster) build lvm-devcluster build -tags guest "${flags[@]}" ./integration/guest/devcluster || rc=1 ;;
       devmapper.test) build devmapper.test test -c -tags guest "${flags[@]}" ./lvmbackend/devmapper || rc=1 ;;

@@ -33,8 +33,8 @@ gobuild -o "$work/images" ./scripts/images
 gobuild -o "$work/pause" ./scripts/images/pause
 for arch in ${IMAGE_ARCHES:-amd64 arm64}; do
   t0=$SECONDS
-  GOARCH=$arch gobuild -tags nodeagent -o "$work/lvm-agent-$arch" ./cmd/lvm-agent
-  GOARCH=$arch gobuild -o "$work/lvm-agent-provisioner-$arch" ./cmd/lvm-agent
+  GOARCH=$arch gobuild -tags nodeagent,grpcnotrace -o "$work/lvm-agent-$arch" ./cmd/lvm-agent
+  GOARCH=$arch gobuild -tags grpcnotrace -o "$work/lvm-agent-provisioner-$arch" ./cmd/lvm-agent
   times_add "build: lvm-agent ($arch)" $((SECONDS - t0))
 done
 lvmd=$("$root/scripts/lvmd-build.sh" lvmd)
