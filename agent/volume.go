@@ -565,6 +565,9 @@ func (a *Agent) judgeMade(ctx context.Context, pvc *corev1.PersistentVolumeClaim
 // created is the answer for an LV of ours, once the kernel confirms its
 // device is active (when device-mapper is readable).
 func (a *Agent) created(ctx context.Context, lv *lvmbackend.Volume) outcome {
+	if half(lv) {
+		return a.unfinished(ctx, lv)
+	}
 	if err := a.cfg.Devices.confirmActive(ctx, lv); err != nil {
 		return retry(err)
 	}
@@ -573,4 +576,32 @@ func (a *Agent) created(ctx context.Context, lv *lvmbackend.Volume) outcome {
 		return retry(err)
 	}
 	return outcome{state: kube.StateCreated, device: device}
+}
+
+// half reports whether lvm says an LV's device-mapper device is there
+// without a live table (lv_attr's state 'i', an inactive table only, or
+// 'd', no table): lvcreate committed the LV and was killed before it
+// resumed the device, as when lvmd's container is killed. Nothing finishes
+// that activation (lvmd has no call for it), and no I/O ever reached the
+// device. An lvcreate still running holds the volume group's lock, which
+// the lvs behind a listing waits for, so a listing never shows one half
+// done. The direct metadata reader shows such an LV inactive ('-').
+func half(lv *lvmbackend.Volume) bool {
+	return len(lv.Attr) >= 5 && (lv.Attr[4] == 'i' || lv.Attr[4] == 'd')
+}
+
+// unfinished removes the claim's half-made LV (half) through lvmd, and the
+// request's next attempt makes it again: it never held data. Only an LV
+// lvm-agent tagged for a claim reaches here (existing checks the claim's
+// tag), and one tagged protected is left to the operator.
+func (a *Agent) unfinished(ctx context.Context, lv *lvmbackend.Volume) outcome {
+	what := fmt.Sprintf("LV %s/%s was left half made by an interrupted lvcreate: its device has no live table (lv_attr %s)", lv.DeviceClass, lv.Name, lv.Attr)
+	if _, ours := OwnerUID(lv); !ours || lv.HasTag(ProtectedTag) {
+		return retry(fmt.Errorf("%s; it is tagged %s (or not lvm-agent's) and is left as it is", what, ProtectedTag))
+	}
+	if err := a.backend.RemoveVolume(ctx, lv.DeviceClass, lv.Name); err != nil && !errors.Is(err, lvmbackend.ErrNotFound) {
+		return retry(fmt.Errorf("%s; removing it: %w", what, err))
+	}
+	klog.InfoS("LV left half made by an interrupted lvcreate removed, to be made again", "lv", lv.DeviceClass+"/"+lv.Name, "attr", lv.Attr)
+	return retry(fmt.Errorf("%s; it held no data and was removed, to be made again", what))
 }

@@ -46,6 +46,10 @@ type LV struct {
 	Pool   string
 	// Attr is lv_attr as lvs prints it, filled in by List.
 	Attr string
+	// State, when set, is lv_attr's fifth character in place of 'a' for an
+	// LV added with Add: 'i' is the device-mapper device with an inactive
+	// table only that an lvcreate killed while activating leaves.
+	State byte
 	// Written is how much of a thin LV has been written (its mapped
 	// blocks, which lvs' data_percent of the pool counts), set by Write.
 	Written uint64
@@ -427,6 +431,14 @@ func (m *LVM) notify() {
 // attr is the LV's lv_attr as lvs prints it for an active LV: a thin pool,
 // a thin LV, a snapshot, an origin with snapshots, or a linear LV.
 func (c *class) attr(lv *LV) string {
+	a := []byte(c.kind(lv))
+	if lv.State != 0 {
+		a[4] = lv.State
+	}
+	return string(a)
+}
+
+func (c *class) kind(lv *LV) string {
 	switch {
 	case lv.IsPool:
 		return "twi-a-tz--"

@@ -1,0 +1,76 @@
+package agent
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/lvm-agent/lvm-agent/kube"
+	"github.com/lvm-agent/lvm-agent/lvmbackend/lvmdfake"
+)
+
+// An lvcreate killed with lvmd's container after it committed the claim's LV
+// and before it resumed the LV's device leaves the device with an inactive
+// table only (lv_attr state 'i'), and nothing activates it: the request was
+// retried forever (the CI run of make test's ten claims under kills). The LV
+// never held data, so it is removed and made again, and the claim answered.
+func TestHalfMadeLVIsMadeAgain(t *testing.T) {
+	e := start(t, Config{})
+	require.NoError(t, e.lvm.Add(lvmdfake.LV{Class: "thick", Name: "lv0", SizeBytes: 4096,
+		Tags: []string{OwnerTag("default-pvc-uid")}, State: 'i'}))
+	e.pvc(t, "default", "pvc", node, spec(`{"volumeGroup":"thick","name":"lv0","size":4096}`))
+	got := e.waitPVC(t, "default", "pvc")
+	require.Equal(t, kube.StateCreated, got[kube.AnnLifecycle], "%v", got)
+	lvs, err := e.lvm.List("thick")
+	require.NoError(t, err)
+	require.Len(t, lvs, 1)
+	assert.Equal(t, "lv0", lvs[0].Name)
+	assert.Equal(t, byte('a'), lvs[0].Attr[4], "the LV made again is active: %s", lvs[0].Attr)
+	assert.Contains(t, lvs[0].Tags, OwnerTag("default-pvc-uid"))
+}
+
+// What is not the claim's to remove stays: a half-made LV tagged protected
+// is never answered and never removed, nor is another claim's, and an LV
+// not made by lvm-agent under the asked name is refused as before.
+func TestHalfMadeLVNotOursStays(t *testing.T) {
+	for _, c := range []struct {
+		name, reason string
+		tags         []string
+	}{
+		{"protected", "", []string{OwnerTag("default-pvc-uid"), ProtectedTag}},
+		{"another claim's", kube.ReasonNameConflict, []string{OwnerTag("other-uid")}},
+		{"foreign", kube.ReasonNameConflict, []string{"owner=someone-else"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := start(t, Config{})
+			require.NoError(t, e.lvm.Add(lvmdfake.LV{Class: "thick", Name: "lv0", SizeBytes: 4096, Tags: c.tags, State: 'i'}))
+			e.pvc(t, "default", "pvc", node, spec(`{"volumeGroup":"thick","name":"lv0","size":4096}`))
+			if c.reason != "" {
+				got := e.waitPVC(t, "default", "pvc")
+				assert.Equal(t, kube.StateFailed, got[kube.AnnLifecycle], "%v", got)
+				assert.Equal(t, c.reason, got[kube.AnnReason])
+			} else {
+				// The request stays open, its error on the claim.
+				var ann map[string]string
+				err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+					pvc, err := e.client.CoreV1().PersistentVolumeClaims("default").Get(ctx, "pvc", metav1.GetOptions{})
+					ann = pvc.GetAnnotations()
+					return strings.Contains(ann[kube.AnnError], "left as it is"), err
+				})
+				require.NoError(t, err, "%v", ann)
+				assert.Equal(t, kube.StateCreating, ann[kube.AnnLifecycle])
+				assert.Contains(t, ann[kube.AnnError], "half made")
+			}
+			lvs, err := e.lvm.List("thick")
+			require.NoError(t, err)
+			require.Len(t, lvs, 1)
+			assert.Equal(t, byte('i'), lvs[0].Attr[4], "left as it was: %s", lvs[0].Attr)
+		})
+	}
+}
