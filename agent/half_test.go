@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/lvm-agent/lvm-agent/kube"
 	"github.com/lvm-agent/lvm-agent/lvmbackend/lvmdfake"
@@ -58,12 +57,11 @@ func TestHalfMadeLVNotOursStays(t *testing.T) {
 			} else {
 				// The request stays open, its error on the claim.
 				var ann map[string]string
-				err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
-					pvc, err := e.client.CoreV1().PersistentVolumeClaims("default").Get(ctx, "pvc", metav1.GetOptions{})
+				require.Eventually(t, func() bool {
+					pvc, err := e.client.CoreV1().PersistentVolumeClaims("default").Get(context.Background(), "pvc", metav1.GetOptions{})
 					ann = pvc.GetAnnotations()
-					return strings.Contains(ann[kube.AnnError], "left as it is"), err
-				})
-				require.NoError(t, err, "%v", ann)
+					return err == nil && strings.Contains(ann[kube.AnnError], "left as it is")
+				}, 10*time.Second, 5*time.Millisecond, "%v", ann)
 				assert.Equal(t, kube.StateCreating, ann[kube.AnnLifecycle])
 				assert.Contains(t, ann[kube.AnnError], "half made")
 			}

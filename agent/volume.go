@@ -591,13 +591,14 @@ func half(lv *lvmbackend.Volume) bool {
 }
 
 // unfinished removes the claim's half-made LV (half) through lvmd, and the
-// request's next attempt makes it again: it never held data. Only an LV
-// lvm-agent tagged for a claim reaches here (existing checks the claim's
-// tag), and one tagged protected is left to the operator.
+// request's next attempt makes it again: it never held data. Only the
+// claim's own LV reaches here (existing checks the claim's tag; a copy's
+// target was made by this request), and one tagged protected is left to
+// the operator.
 func (a *Agent) unfinished(ctx context.Context, lv *lvmbackend.Volume) outcome {
 	what := fmt.Sprintf("LV %s/%s was left half made by an interrupted lvcreate: its device has no live table (lv_attr %s)", lv.DeviceClass, lv.Name, lv.Attr)
-	if _, ours := OwnerUID(lv); !ours || lv.HasTag(ProtectedTag) {
-		return retry(fmt.Errorf("%s; it is tagged %s (or not lvm-agent's) and is left as it is", what, ProtectedTag))
+	if lv.HasTag(ProtectedTag) {
+		return retry(fmt.Errorf("%s; it is tagged %s and is left as it is", what, ProtectedTag))
 	}
 	if err := a.backend.RemoveVolume(ctx, lv.DeviceClass, lv.Name); err != nil && !errors.Is(err, lvmbackend.ErrNotFound) {
 		return retry(fmt.Errorf("%s; removing it: %w", what, err))

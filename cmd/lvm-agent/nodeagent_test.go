@@ -17,16 +17,7 @@ import (
 // group is most of a node's memory for the agent) nor the provisioner; the
 // full build links them all, which shows that the list is read.
 func TestNodeAgentBuildLinksNoClientset(t *testing.T) {
-	deps := func(tags string) map[string]bool {
-		out, err := exec.Command("go", "list", "-deps", "-tags", tags, ".").Output()
-		require.NoError(t, err, "go list -deps -tags %q", tags)
-		m := map[string]bool{}
-		for _, p := range strings.Fields(string(out)) {
-			m[p] = true
-		}
-		return m
-	}
-	node, full := deps("nodeagent"), deps("")
+	node, full := deps(t, "nodeagent"), deps(t, "")
 	for _, p := range []string{
 		"k8s.io/client-go/kubernetes",
 		"k8s.io/client-go/kubernetes/scheme",
@@ -47,17 +38,13 @@ func TestNodeAgentBuildLinksNoClientset(t *testing.T) {
 // program: the node agent's code and tables grow from 21 to 27 MB, and
 // its RSS at rest by 3.4 MiB (docs/benchmarks.md).
 func TestBuildsLeaveGRPCTraceOut(t *testing.T) {
-	deps := func(tags string) string {
-		out, err := exec.Command("go", "list", "-deps", "-tags", tags, ".").Output()
-		require.NoError(t, err, "go list -deps -tags %q", tags)
-		return " " + strings.Join(strings.Fields(string(out)), " ") + " "
-	}
 	for _, tags := range []string{"nodeagent", ""} {
 		with := strings.Trim(tags+",grpcnotrace", ",")
+		linked := deps(t, with)
 		for _, p := range []string{"golang.org/x/net/trace", "text/template"} {
-			assert.NotContains(t, deps(with), " "+p+" ", "-tags %q", with)
+			assert.False(t, linked[p], "-tags %q links %s", with, p)
 		}
-		assert.Contains(t, deps(tags), " golang.org/x/net/trace ", "-tags %q: the tag is what leaves it out", tags)
+		assert.True(t, deps(t, tags)["golang.org/x/net/trace"], "-tags %q: the tag is what leaves it out", tags)
 	}
 	// Each place that builds the binaries: each build command of
 	// ./cmd/lvm-agent, and the harness's table of tags per binary.
@@ -76,4 +63,15 @@ func TestBuildsLeaveGRPCTraceOut(t *testing.T) {
 		}
 		assert.NotZero(t, n, "%s builds ./cmd/lvm-agent nowhere", f)
 	}
+}
+
+// deps is the set of packages the build of this command with tags links.
+func deps(t *testing.T, tags string) map[string]bool {
+	out, err := exec.Command("go", "list", "-deps", "-tags", tags, ".").Output()
+	require.NoError(t, err, "go list -deps -tags %q", tags)
+	m := map[string]bool{}
+	for _, p := range strings.Fields(string(out)) {
+		m[p] = true
+	}
+	return m
 }

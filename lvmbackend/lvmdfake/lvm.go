@@ -428,8 +428,8 @@ func (m *LVM) notify() {
 	}
 }
 
-// attr is the LV's lv_attr as lvs prints it for an active LV: a thin pool,
-// a thin LV, a snapshot, an origin with snapshots, or a linear LV.
+// attr is the LV's lv_attr as lvs prints it: its kind's, with the state
+// of an LV added with one (State).
 func (c *class) attr(lv *LV) string {
 	a := []byte(c.kind(lv))
 	if lv.State != 0 {
@@ -438,6 +438,8 @@ func (c *class) attr(lv *LV) string {
 	return string(a)
 }
 
+// kind is lv_attr for an active LV: a thin pool, a thin LV, a snapshot, an
+// origin with snapshots, or a linear LV.
 func (c *class) kind(lv *LV) string {
 	switch {
 	case lv.IsPool:
