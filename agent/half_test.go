@@ -15,41 +15,54 @@ import (
 )
 
 // An lvcreate killed with lvmd's container after it committed the claim's LV
-// and before it resumed the LV's device leaves the device with an inactive
-// table only (lv_attr state 'i'), and nothing activates it: the request was
-// retried forever (the CI run of make test's ten claims under kills). The LV
-// never held data, so it is removed and made again, and the claim answered.
+// and before it resumed the LV's device leaves the LV inactive (lv_attr
+// state '-'), or its device with an inactive table only ('i') or none
+// ('d'), and nothing activates it: the request was retried forever, or
+// answered with a path that never appeared, on which kubelet's mount failed
+// for good (CI runs of make test's ten claims under kills). No answer
+// named the LV, so it never held data: it is removed and made again, and
+// the claim answered.
 func TestHalfMadeLVIsMadeAgain(t *testing.T) {
-	e := start(t, Config{})
-	require.NoError(t, e.lvm.Add(lvmdfake.LV{Class: "thick", Name: "lv0", SizeBytes: 4096,
-		Tags: []string{OwnerTag("default-pvc-uid")}, State: 'i'}))
-	e.pvc(t, "default", "pvc", node, spec(`{"volumeGroup":"thick","name":"lv0","size":4096}`))
-	got := e.waitPVC(t, "default", "pvc")
-	require.Equal(t, kube.StateCreated, got[kube.AnnLifecycle], "%v", got)
-	lvs, err := e.lvm.List("thick")
-	require.NoError(t, err)
-	require.Len(t, lvs, 1)
-	assert.Equal(t, "lv0", lvs[0].Name)
-	assert.Equal(t, byte('a'), lvs[0].Attr[4], "the LV made again is active: %s", lvs[0].Attr)
-	assert.Contains(t, lvs[0].Tags, OwnerTag("default-pvc-uid"))
+	for _, state := range []byte("-id") {
+		t.Run(string(state), func(t *testing.T) {
+			e := start(t, Config{})
+			require.NoError(t, e.lvm.Add(lvmdfake.LV{Class: "thick", Name: "lv0", SizeBytes: 4096,
+				Tags: []string{OwnerTag("default-pvc-uid")}, State: state}))
+			e.pvc(t, "default", "pvc", node, spec(`{"volumeGroup":"thick","name":"lv0","size":4096}`))
+			got := e.waitPVC(t, "default", "pvc")
+			require.Equal(t, kube.StateCreated, got[kube.AnnLifecycle], "%v", got)
+			lvs, err := e.lvm.List("thick")
+			require.NoError(t, err)
+			require.Len(t, lvs, 1)
+			assert.Equal(t, "lv0", lvs[0].Name)
+			assert.Equal(t, byte('a'), lvs[0].Attr[4], "the LV made again is active: %s", lvs[0].Attr)
+			assert.Contains(t, lvs[0].Tags, OwnerTag("default-pvc-uid"))
+		})
+	}
 }
 
-// What is not the claim's to remove stays: a half-made LV tagged protected
-// is never answered and never removed, nor is another claim's, and an LV
-// not made by lvm-agent under the asked name is refused as before.
+// What is not the claim's to remove stays: a half-made LV tagged protected,
+// or of a claim answered with a device before (asked again: a PV may hold
+// its data), is never answered and never removed, nor is another claim's,
+// and an LV not made by lvm-agent under the asked name is refused as before.
 func TestHalfMadeLVNotOursStays(t *testing.T) {
 	for _, c := range []struct {
-		name, reason string
-		tags         []string
+		name, reason, error, device string
+		tags                        []string
 	}{
-		{"protected", "", []string{OwnerTag("default-pvc-uid"), ProtectedTag}},
-		{"another claim's", kube.ReasonNameConflict, []string{OwnerTag("other-uid")}},
-		{"foreign", kube.ReasonNameConflict, []string{"owner=someone-else"}},
+		{name: "protected", error: "tagged protected", tags: []string{OwnerTag("default-pvc-uid"), ProtectedTag}},
+		{name: "answered before", error: "answered with a device before", device: "/dev/vg0/lv0", tags: []string{OwnerTag("default-pvc-uid")}},
+		{name: "another claim's", reason: kube.ReasonNameConflict, tags: []string{OwnerTag("other-uid")}},
+		{name: "foreign", reason: kube.ReasonNameConflict, tags: []string{"owner=someone-else"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := start(t, Config{})
 			require.NoError(t, e.lvm.Add(lvmdfake.LV{Class: "thick", Name: "lv0", SizeBytes: 4096, Tags: c.tags, State: 'i'}))
-			e.pvc(t, "default", "pvc", node, spec(`{"volumeGroup":"thick","name":"lv0","size":4096}`))
+			ann := spec(`{"volumeGroup":"thick","name":"lv0","size":4096}`)
+			if c.device != "" {
+				ann[kube.AnnDevice] = c.device
+			}
+			e.pvc(t, "default", "pvc", node, ann)
 			if c.reason != "" {
 				got := e.waitPVC(t, "default", "pvc")
 				assert.Equal(t, kube.StateFailed, got[kube.AnnLifecycle], "%v", got)
@@ -64,6 +77,7 @@ func TestHalfMadeLVNotOursStays(t *testing.T) {
 				}, 10*time.Second, 5*time.Millisecond, "%v", ann)
 				assert.Equal(t, kube.StateCreating, ann[kube.AnnLifecycle])
 				assert.Contains(t, ann[kube.AnnError], "half made")
+				assert.Contains(t, ann[kube.AnnError], c.error)
 			}
 			lvs, err := e.lvm.List("thick")
 			require.NoError(t, err)

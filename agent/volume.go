@@ -163,7 +163,7 @@ func (a *Agent) create(ctx context.Context, pvc *corev1.PersistentVolumeClaim, s
 	// done answers for the claim's LV, once made or found: a thick clone's
 	// is filled from its source first, every time (a copy cut short by a
 	// crash leaves no mark, so an LV found is copied again).
-	done := func(lv *lvmbackend.Volume) outcome { return a.created(ctx, lv) }
+	done := func(lv *lvmbackend.Volume) outcome { return a.created(ctx, pvc, lv) }
 	var src *lvmbackend.Volume
 	if spec.Source != nil {
 		var out outcome
@@ -562,11 +562,11 @@ func (a *Agent) judgeMade(ctx context.Context, pvc *corev1.PersistentVolumeClaim
 	return changed(), true
 }
 
-// created is the answer for an LV of ours, once the kernel confirms its
+// created is the answer for the claim's LV, once the kernel confirms its
 // device is active (when device-mapper is readable).
-func (a *Agent) created(ctx context.Context, lv *lvmbackend.Volume) outcome {
-	if half(lv) {
-		return a.unfinished(ctx, lv)
+func (a *Agent) created(ctx context.Context, pvc *corev1.PersistentVolumeClaim, lv *lvmbackend.Volume) outcome {
+	if out, cut := a.unfinished(ctx, pvc, lv); cut {
+		return out
 	}
 	if err := a.cfg.Devices.confirmActive(ctx, lv); err != nil {
 		return retry(err)
@@ -578,31 +578,46 @@ func (a *Agent) created(ctx context.Context, lv *lvmbackend.Volume) outcome {
 	return outcome{state: kube.StateCreated, device: device}
 }
 
-// half reports whether lvm says an LV's device-mapper device is there
-// without a live table (lv_attr's state 'i', an inactive table only, or
-// 'd', no table): lvcreate committed the LV and was killed before it
-// resumed the device, as when lvmd's container is killed. Nothing finishes
-// that activation (lvmd has no call for it), and no I/O ever reached the
-// device. An lvcreate still running holds the volume group's lock, which
-// the lvs behind a listing waits for, so a listing never shows one half
-// done. The direct metadata reader shows such an LV inactive ('-').
+// half reports whether lvm lists an LV without a live device: lv_attr's
+// state '-' (inactive: no device-mapper device), 'i' (an inactive table
+// only) or 'd' (no table). An lvcreate killed with lvmd's container leaves
+// its LV so when the kill falls between its commit and the device's resume
+// (/dev/VG/LV is made after the resume). lvmd has no call that activates it,
+// so the answer would name a path that never appears, and kubelet's mount
+// fails for good. An lvcreate still running holds the volume group's lock,
+// which the lvs behind a listing waits for, so a listing never shows one
+// midway. The direct metadata reader shows all three as '-'.
 func half(lv *lvmbackend.Volume) bool {
-	return len(lv.Attr) >= 5 && (lv.Attr[4] == 'i' || lv.Attr[4] == 'd')
+	return len(lv.Attr) >= 5 && strings.IndexByte("-id", lv.Attr[4]) >= 0
 }
 
-// unfinished removes the claim's half-made LV (half) through lvmd, and the
-// request's next attempt makes it again: it never held data. Only the
-// claim's own LV reaches here (existing checks the claim's tag; a copy's
-// target was made by this request), and one tagged protected is left to
-// the operator.
-func (a *Agent) unfinished(ctx context.Context, lv *lvmbackend.Volume) outcome {
-	what := fmt.Sprintf("LV %s/%s was left half made by an interrupted lvcreate: its device has no live table (lv_attr %s)", lv.DeviceClass, lv.Name, lv.Attr)
+// unfinished finds the claim's LV half made (half) and reports cut. Such an
+// LV is removed through lvmd, and the request's next attempt makes it
+// again, as long as no answer ever named it (then it never held data). One
+// tagged protected, and one of a claim asked again after an answer (it may
+// hold a PV's data: activating it is the operator's), are left as they
+// are, their request open with the error.
+func (a *Agent) unfinished(ctx context.Context, pvc *corev1.PersistentVolumeClaim, lv *lvmbackend.Volume) (out outcome, cut bool) {
+	if !half(lv) {
+		return outcome{}, false
+	}
+	what := fmt.Sprintf("LV %s/%s is half made, as an interrupted lvcreate leaves one: it has no live device (lv_attr %s)", lv.DeviceClass, lv.Name, lv.Attr)
 	if lv.HasTag(ProtectedTag) {
-		return retry(fmt.Errorf("%s; it is tagged %s and is left as it is", what, ProtectedTag))
+		return retry(fmt.Errorf("%s; it is tagged %s and is left as it is", what, ProtectedTag)), true
+	}
+	// Only as the API server has the claim now: an answer since (the node's
+	// other agent's) may have given the LV to a PV.
+	switch now, err := a.claimNow(ctx, pvc); {
+	case err != nil:
+		return retry(err), true
+	case now == nil || now.ResourceVersion != pvc.ResourceVersion:
+		return changed(), true
+	case now.Annotations[kube.AnnDevice] != "":
+		return retry(fmt.Errorf("%s; the claim was answered with a device before, so the LV may hold its data and is left as it is", what)), true
 	}
 	if err := a.backend.RemoveVolume(ctx, lv.DeviceClass, lv.Name); err != nil && !errors.Is(err, lvmbackend.ErrNotFound) {
-		return retry(fmt.Errorf("%s; removing it: %w", what, err))
+		return retry(fmt.Errorf("%s; removing it: %w", what, err)), true
 	}
-	klog.InfoS("LV left half made by an interrupted lvcreate removed, to be made again", "lv", lv.DeviceClass+"/"+lv.Name, "attr", lv.Attr)
-	return retry(fmt.Errorf("%s; it held no data and was removed, to be made again", what))
+	klog.InfoS("Half-made LV removed, to be made again", "lv", lv.DeviceClass+"/"+lv.Name, "attr", lv.Attr)
+	return retry(fmt.Errorf("%s; no answer named it, so it held no data: removed, to be made again", what)), true
 }

@@ -84,7 +84,7 @@ table() {
   sort -k2,2n "$work/rows" | while read -r step start wall cpu_pct result; do
     case $result in FAIL*) ;; *) continue ;; esac
     echo "failed in $step (its last failure lines; the whole output is above):"
-    grep -a -E -e '--- FAIL|^FAIL|FAILED|panic:|Error|error:|timed out|Unable to connect|no .* within|gofmt needed' "$work/$step.out" 2>/dev/null | tail -n 12 | cut -c1-200
+    grep -a -E -e '--- FAIL|^FAIL|FAILED|panic:|Error|error:|timed out|Unable to connect|no .* within|gofmt needed' "$work/$step.out" 2>/dev/null | tail -n 12 | cut -c1-400
   done
 }
 trap 'table; rm -rf "$work"' EXIT
