@@ -182,6 +182,7 @@ func TestCreate(t *testing.T) {
 		wantState  string
 		wantReason string
 		wantSize   uint64 // of the LV afterwards (0: no LV)
+		remade     bool   // a thick LV of the claim found made: removed and made again (the error noted first)
 	}{
 		{name: "thick", spec: `{"volumeGroup":"thick","name":"lv1","size":10485760}`, wantState: kube.StateCreated, wantSize: 12 << 20},
 		{name: "rounded to extents", spec: `{"volumeGroup":"thick","name":"lv1","size":1}`, wantState: kube.StateCreated, wantSize: 4 << 20},
@@ -199,10 +200,13 @@ func TestCreate(t *testing.T) {
 			wantState: kube.StateFailed, wantReason: kube.ReasonNameConflict, wantSize: 8 << 20},
 		{name: "our LV from an earlier attempt", spec: `{"volumeGroup":"thick","name":"lv1","size":4096}`,
 			existing:  &lvmdfake.LV{Name: "lv1", SizeBytes: 4096, Tags: []string{OwnerTag("default-pvc-uid")}},
-			wantState: kube.StateCreated, wantSize: 4 << 20},
+			wantState: kube.StateCreated, wantSize: 4 << 20, remade: true},
 		{name: "our LV fills the VG", spec: `{"volumeGroup":"thick","name":"lv1","size":1073741824}`,
 			existing:  &lvmdfake.LV{Name: "lv1", SizeBytes: 1 << 30, Tags: []string{OwnerTag("default-pvc-uid")}},
-			wantState: kube.StateCreated, wantSize: 1 << 30},
+			wantState: kube.StateCreated, wantSize: 1 << 30, remade: true},
+		{name: "our thin LV from an earlier attempt", spec: `{"volumeGroup":"thin","name":"lv1","size":4096}`,
+			existing:  &lvmdfake.LV{Class: "thin", Name: "lv1", SizeBytes: 4096, Tags: []string{OwnerTag("default-pvc-uid")}},
+			wantState: kube.StateCreated, wantSize: 4 << 20},
 		// Issue 14, item 5: what lvm refuses for good ends failed.
 		{name: "reserved name part", spec: `{"volumeGroup":"thick","name":"data_cvol","size":4096}`, wantState: kube.StateFailed, wantReason: kube.ReasonInvalidSpec},
 		{name: "name lvm reserves", spec: `{"volumeGroup":"thick","name":"lv1","size":4096}`,
@@ -262,7 +266,11 @@ func TestCreate(t *testing.T) {
 				assert.NotContains(t, ann, kube.AnnDevice)
 			}
 			time.Sleep(50 * time.Millisecond) // room for a wrong second write
-			assert.Equal(t, 1, e.patches(), "one write per transition")
+			writes := 1
+			if tc.remade {
+				writes = 2
+			}
+			assert.Equal(t, writes, e.patches(), "one write per transition")
 			if tc.wantState == kube.StateFailed {
 				assert.NotEmpty(t, ann[kube.AnnError])
 			} else {

@@ -243,9 +243,6 @@ const ReasonSourceInUse = "SourceInUse"
 // lvm_agent_clone_copied_bytes_total. A source in use is a wait
 // (SourceInUse), any other failure a retry that copies from the start.
 func (a *Agent) fill(ctx context.Context, pvc *corev1.PersistentVolumeClaim, src, dst *lvmbackend.Volume) outcome {
-	if out, cut := a.unfinished(ctx, pvc, dst); cut {
-		return out
-	}
 	dstPath, err := a.devicePath(ctx, dst)
 	if err != nil {
 		return retry(err)
@@ -282,5 +279,5 @@ func (a *Agent) fill(ctx context.Context, pvc *corev1.PersistentVolumeClaim, src
 	copied, checked := written.Sub(start), time.Since(written)
 	klog.InfoS("Clone copied and verified", "claim", klog.KObj(pvc), "source", src.Name, "lv", dst.Name, "bytes", size,
 		"copy", copied, "verify", checked, "copyMiBps", fmt.Sprintf("%.1f", float64(size)/(1<<20)/copied.Seconds()))
-	return a.created(ctx, pvc, dst)
+	return a.created(ctx, dst)
 }

@@ -115,14 +115,16 @@ func DeviceClass(classes map[string]string, vg string) string {
 // The device class is listed first: a claim owns at most one LV, so an LV
 // of ours for this PVC under another name (a renamed re-request) is a
 // mismatch, not a reason for a second LV, and one under this name answers
-// only if it is at least the asked size. lvmd's CreateLV is not idempotent,
-// and the listing also makes a retry after a crash find its LV instead of
-// reading "VG full" when the space is full of the very LV it asked for.
+// only if it is at least the asked size and whole (unfinished). lvmd's
+// CreateLV is not idempotent, and the listing also makes a retry after a
+// crash find its LV instead of reading "VG full" when the space is full of
+// the very LV it asked for.
 // The listing may be a shared one, up to --lvmd-list-max-age old: what it
 // finds in the way is read again (again) before it is answered on.
 // When lvcreate then fails, the failure is judged by a second look: our LV
-// (made meanwhile by a killed agent's lvcreate) is success, a foreign one a
-// conflict, and only with no LV there does lvmd's error stand.
+// (made meanwhile by a killed agent's lvcreate) is judged as one found, a
+// foreign one is a conflict, and only with no LV there does lvmd's error
+// stand.
 func (a *Agent) create(ctx context.Context, pvc *corev1.PersistentVolumeClaim, spec kube.CreateSpec, t target) outcome {
 	if pvc.DeletionTimestamp != nil {
 		return fail(kube.ReasonClaimTerminating, fmt.Errorf("PVC is being deleted (since %s); no LV is created for it", pvc.DeletionTimestamp.UTC().Format(time.RFC3339)))
@@ -163,16 +165,25 @@ func (a *Agent) create(ctx context.Context, pvc *corev1.PersistentVolumeClaim, s
 	// done answers for the claim's LV, once made or found: a thick clone's
 	// is filled from its source first, every time (a copy cut short by a
 	// crash leaves no mark, so an LV found is copied again).
-	done := func(lv *lvmbackend.Volume) outcome { return a.created(ctx, pvc, lv) }
+	done := func(lv *lvmbackend.Volume) outcome { return a.created(ctx, lv) }
 	var src *lvmbackend.Volume
+	copies := false
 	if spec.Source != nil {
 		var out outcome
 		if src, out = a.cloneable(ctx, spec, t); src == nil {
 			return out
 		}
-		if spec.Source.Kind == kube.CloneCopy {
+		if copies = spec.Source.Kind == kube.CloneCopy; copies {
 			done = func(lv *lvmbackend.Volume) outcome { return a.fill(ctx, pvc, src, lv) }
 		}
+	}
+	// foundDone answers for the claim's LV found made, not by this attempt's
+	// lvcreate: unless it is half made or may hold old bytes (unfinished).
+	foundDone := func(lv *lvmbackend.Volume) outcome {
+		if out, cut := a.unfinished(ctx, pvc, lv, copies); cut {
+			return out
+		}
+		return done(lv)
 	}
 	for i := range lvs {
 		if lvs[i].Name != t.name && !lvs[i].HasTag(tag) {
@@ -185,7 +196,7 @@ func (a *Agent) create(ctx context.Context, pvc *corev1.PersistentVolumeClaim, s
 		case lv == nil:
 			continue
 		}
-		if out, found := a.existing(lv, spec, t, tag, done); found {
+		if out, found := a.existing(lv, spec, t, tag, foundDone); found {
 			return out
 		}
 	}
@@ -232,7 +243,7 @@ func (a *Agent) create(ctx context.Context, pvc *corev1.PersistentVolumeClaim, s
 	lv, err := a.backend.GetVolume(ctx, t.deviceClass, t.name)
 	switch {
 	case err == nil:
-		if out, found := a.existing(lv, spec, t, tag, done); found {
+		if out, found := a.existing(lv, spec, t, tag, foundDone); found {
 			return out
 		}
 		return retry(createErr)
@@ -564,10 +575,7 @@ func (a *Agent) judgeMade(ctx context.Context, pvc *corev1.PersistentVolumeClaim
 
 // created is the answer for the claim's LV, once the kernel confirms its
 // device is active (when device-mapper is readable).
-func (a *Agent) created(ctx context.Context, pvc *corev1.PersistentVolumeClaim, lv *lvmbackend.Volume) outcome {
-	if out, cut := a.unfinished(ctx, pvc, lv); cut {
-		return out
-	}
+func (a *Agent) created(ctx context.Context, lv *lvmbackend.Volume) outcome {
 	if err := a.cfg.Devices.confirmActive(ctx, lv); err != nil {
 		return retry(err)
 	}
@@ -591,33 +599,60 @@ func half(lv *lvmbackend.Volume) bool {
 	return len(lv.Attr) >= 5 && strings.IndexByte("-id", lv.Attr[4]) >= 0
 }
 
-// unfinished finds the claim's LV half made (half) and reports cut. Such an
-// LV is removed through lvmd, and the request's next attempt makes it
-// again, as long as no answer ever named it (then it never held data). One
-// tagged protected, and one of a claim asked again after an answer (it may
-// hold a PV's data: activating it is the operator's), are left as they
-// are, their request open with the error.
-func (a *Agent) unfinished(ctx context.Context, pvc *corev1.PersistentVolumeClaim, lv *lvmbackend.Volume) (out outcome, cut bool) {
-	if !half(lv) {
+// unfinished judges the claim's LV found made (not by this attempt's own
+// lvcreate, whose success lvmd reported) and reports cut when it is not to
+// be answered with:
+//   - half made (half);
+//   - a thick LV, unless a copy fills it: lvcreate wipes the first blocks
+//     of a new LV after it activates it, so one cut short in between
+//     leaves a live LV holding what its extents held before, another
+//     volume's filesystem, which kubelet would mount (or fail to fsck for
+//     good). Nothing in LVM tells the two apart. (A thin LV reads zeros
+//     where nothing was written.)
+//
+// A claim asked again after an answer (its volume.device stays) has its
+// LV judged only for the first: the answer named a whole LV.
+// Such an LV is removed through lvmd and the request's next attempt makes
+// it again, as long as no answer ever named it (then it never held data):
+// first the error is written on the claim, conditional on the version
+// read, so that an answer of the node's other agent (a rollout's second
+// pod) that named it since wins and the LV stays. One tagged protected,
+// and one of a claim asked again after an answer (it may hold a PV's
+// data), are left as they are, their request open with the error.
+func (a *Agent) unfinished(ctx context.Context, pvc *corev1.PersistentVolumeClaim, lv *lvmbackend.Volume, copies bool) (out outcome, cut bool) {
+	answered := pvc.Annotations[kube.AnnDevice] != ""
+	var what error
+	switch {
+	case half(lv):
+		what = fmt.Errorf("LV %s/%s is half made, as an interrupted lvcreate leaves one: it has no live device (lv_attr %s)", lv.DeviceClass, lv.Name, lv.Attr)
+	case !thin(lv) && !copies && !answered:
+		what = fmt.Errorf("thick LV %s/%s was found made, not by this request's own lvcreate: one cut short before it wiped the LV's first blocks leaves another volume's bytes there", lv.DeviceClass, lv.Name)
+	default:
 		return outcome{}, false
 	}
-	what := fmt.Sprintf("LV %s/%s is half made, as an interrupted lvcreate leaves one: it has no live device (lv_attr %s)", lv.DeviceClass, lv.Name, lv.Attr)
-	if lv.HasTag(ProtectedTag) {
-		return retry(fmt.Errorf("%s; it is tagged %s and is left as it is", what, ProtectedTag)), true
+	switch {
+	case lv.HasTag(ProtectedTag):
+		return retry(fmt.Errorf("%w; it is tagged %s and is left as it is", what, ProtectedTag)), true
+	case answered:
+		return retry(fmt.Errorf("%w; the claim was answered with a device before, so the LV may hold its data and is left as it is", what)), true
 	}
-	// Only as the API server has the claim now: an answer since (the node's
-	// other agent's) may have given the LV to a PV.
-	switch now, err := a.claimNow(ctx, pvc); {
-	case err != nil:
-		return retry(err), true
-	case now == nil || now.ResourceVersion != pvc.ResourceVersion:
+	msg := fmt.Sprintf("%v; no answer named it, so it held no data: it is removed and made again", what)
+	k := Key{Kind: KindPVC, Namespace: pvc.Namespace, Name: pvc.Name}
+	switch err := a.patch(ctx, k, pvc.ResourceVersion, kube.Change{kube.AnnError: &msg}); {
+	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
 		return changed(), true
-	case now.Annotations[kube.AnnDevice] != "":
-		return retry(fmt.Errorf("%s; the claim was answered with a device before, so the LV may hold its data and is left as it is", what)), true
+	case err != nil:
+		return retry(fmt.Errorf("%w; recording its removal: %v", what, err)), true
 	}
 	if err := a.backend.RemoveVolume(ctx, lv.DeviceClass, lv.Name); err != nil && !errors.Is(err, lvmbackend.ErrNotFound) {
-		return retry(fmt.Errorf("%s; removing it: %w", what, err)), true
+		return retry(fmt.Errorf("%w; removing it: %v", what, err)), true
 	}
-	klog.InfoS("Half-made LV removed, to be made again", "lv", lv.DeviceClass+"/"+lv.Name, "attr", lv.Attr)
-	return retry(fmt.Errorf("%s; no answer named it, so it held no data: removed, to be made again", what)), true
+	klog.InfoS("LV found made removed, to be made again", "lv", lv.DeviceClass+"/"+lv.Name, "why", what)
+	return changed(), true // the error is on the claim; the next attempt makes the LV
+}
+
+// thin reports whether lv is a thin LV: in a pool, or lv_attr's type 'V'
+// (topolvm's lvmd lists no pool).
+func thin(lv *lvmbackend.Volume) bool {
+	return lv.Pool != "" || len(lv.Attr) > 0 && lv.Attr[0] == 'V'
 }
