@@ -130,8 +130,8 @@ dump() {
   for f in "$CLUSTER_DIR"/logs/*.log; do echo "--- $f"; tail -n 15 "$f"; done
   # Last, as make test's failure summary (the tail of what matches FAILED) shows
   # it: the cluster's newest warnings, whole (a kubelet's mount error, say).
-  kubectl get events -A --field-selector type=Warning --sort-by=.lastTimestamp \
-    -o jsonpath='{range .items[*]}node: FAILED: warning {.involvedObject.kind}/{.involvedObject.name} {.reason} (x{.count}): {.message}{"\n"}{end}' 2>&1 | tail -n 6 || true
+  kubectl get events -A --field-selector type=Warning --sort-by=.lastTimestamp --no-headers 2>&1 |
+    tail -n 6 | sed 's/^/node: FAILED: warning: /' || true
   # Whole logs for the host (scripts/vm/node.sh keeps the share), with
   # this boot's of the agent and the provisioner.
   if grep -q ' /share ' /proc/mounts; then
