@@ -26,12 +26,14 @@ func TestHalfMadeLVIsMadeAgain(t *testing.T) {
 	for _, state := range []byte("-id") {
 		t.Run(string(state), func(t *testing.T) {
 			e := start(t, Config{})
-			require.NoError(t, e.lvm.Add(lvmdfake.LV{Class: "thick", Name: "lv0", SizeBytes: 4096,
+			// Thin: a whole thin LV found made is answered, so only its
+			// state makes it be made again.
+			require.NoError(t, e.lvm.Add(lvmdfake.LV{Class: "thin", Thin: true, Name: "lv0", SizeBytes: 4096,
 				Tags: []string{OwnerTag("default-pvc-uid")}, State: state}))
-			e.pvc(t, "default", "pvc", node, spec(`{"volumeGroup":"thick","name":"lv0","size":4096}`))
+			e.pvc(t, "default", "pvc", node, spec(`{"volumeGroup":"thin","name":"lv0","size":4096}`))
 			got := e.waitPVC(t, "default", "pvc")
 			require.Equal(t, kube.StateCreated, got[kube.AnnLifecycle], "%v", got)
-			lvs, err := e.lvm.List("thick")
+			lvs, err := e.lvm.List("thin")
 			require.NoError(t, err)
 			require.Len(t, lvs, 1)
 			assert.Equal(t, "lv0", lvs[0].Name)
