@@ -180,9 +180,18 @@ func (w *world) checks(extra ...*check) []*check {
 		}
 		// No LV is removed unless its claim let go of it (claim deleted,
 		// delete asked): never one a volume keeps, never one not its own.
+		// Before the created answer, the claim's own LV may be removed and
+		// made again (the agent does so with an LV it found made, which an
+		// lvcreate cut short may have left half made or unwiped).
 		early.checked++
+		var answered time.Time
+		if r, ok := w.records[objKey{"pvc", v.ns, v.pvc}]; ok {
+			answered = r.answered
+		}
 		for _, at := range w.removes[v.lv] {
 			switch {
+			case v.kind != kindConflict && v.kind != kindProtected && v.kind != kindPointer && at.Before(answered):
+				// Removed before the answer that named it (made again).
 			case v.kind == kindConflict || v.kind == kindProtected || v.kind == kindPointer:
 				early.fail("%s: the LV it names (not its own) was removed at %s", v, at.Format(time.StampMilli))
 			case v.keeps():

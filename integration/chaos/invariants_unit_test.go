@@ -127,7 +127,11 @@ func TestInvariantsCatchViolations(t *testing.T) {
 			w.removes = map[string][]time.Time{"lv-keep": {time.Now()}}
 		}, "no LV removed unless its claim let go of it"},
 		{"LV removed before its deletion was asked", func(w *world, _ *tracker) {
-			w.removes = map[string][]time.Time{"lv-full": {full.released.Add(-time.Second)}}
+			// after the created answer (before it, the agent may make the
+			// claim's LV again), before the release
+			answered := w.records[objKey{"pvc", "ns", "full"}].answered
+			full.released = answered.Add(time.Second)
+			w.removes = map[string][]time.Time{"lv-full": {answered.Add(time.Millisecond)}}
 		}, "no LV removed unless its claim let go of it"},
 		{"foreign LV retagged", func(w *world, _ *tracker) {
 			w.lvs[1].Tags = []string{"made-by-hand", agent.OwnerTag("uid-keep")}

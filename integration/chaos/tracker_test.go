@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -45,6 +46,9 @@ type record struct {
 	errMsg  string
 	final   runtime.Object // the object when its final state was first seen
 	finalRV string
+	// answered is when a created answer (one naming a device) was first
+	// seen: before it, no answer named the claim's LV.
+	answered time.Time
 	// finals counts the final states seen: a provisioner's request written
 	// again after one (lifecycle back to creating/deleting) starts a new
 	// round, and is not a write after the final state.
@@ -133,6 +137,9 @@ func (t *tracker) observe(obj runtime.Object, deleted bool) {
 	case final:
 		r.final, r.finalRV = obj.DeepCopyObject(), m.GetResourceVersion()
 		r.finals++
+	}
+	if state == kube.StateCreated && r.answered.IsZero() {
+		r.answered = time.Now()
 	}
 	if !deleted {
 		ann := m.GetAnnotations()
