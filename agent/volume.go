@@ -235,7 +235,7 @@ func (a *Agent) create(ctx context.Context, pvc *corev1.PersistentVolumeClaim, s
 	}
 	st.done("lvmdCreate")
 	if createErr == nil {
-		return a.made(ctx, pvc, vol, t, done, src != nil && spec.Source.Kind == kube.CloneCopy)
+		return a.made(ctx, pvc, vol, t, done, copies)
 	}
 	if errors.Is(createErr, lvmbackend.ErrUnavailable) {
 		return retry(createErr)
@@ -625,7 +625,7 @@ func (a *Agent) unfinished(ctx context.Context, pvc *corev1.PersistentVolumeClai
 	switch {
 	case half(lv):
 		what = fmt.Errorf("LV %s/%s is half made, as an interrupted lvcreate leaves one: it has no live device (lv_attr %s)", lv.DeviceClass, lv.Name, lv.Attr)
-	case !thin(lv) && !copies && !answered:
+	case !lv.Thin() && !copies && !answered:
 		what = fmt.Errorf("thick LV %s/%s was found made, not by this request's own lvcreate: one cut short before it wiped the LV's first blocks leaves another volume's bytes there", lv.DeviceClass, lv.Name)
 	default:
 		return outcome{}, false
@@ -649,10 +649,4 @@ func (a *Agent) unfinished(ctx context.Context, pvc *corev1.PersistentVolumeClai
 	}
 	klog.InfoS("LV found made removed, to be made again", "lv", lv.DeviceClass+"/"+lv.Name, "why", what)
 	return changed(), true // the error is on the claim; the next attempt makes the LV
-}
-
-// thin reports whether lv is a thin LV: in a pool, or lv_attr's type 'V'
-// (topolvm's lvmd lists no pool).
-func thin(lv *lvmbackend.Volume) bool {
-	return lv.Pool != "" || len(lv.Attr) > 0 && lv.Attr[0] == 'V'
 }

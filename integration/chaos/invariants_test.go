@@ -190,10 +190,10 @@ func (w *world) checks(extra ...*check) []*check {
 		}
 		for _, at := range w.removes[v.lv] {
 			switch {
-			case v.kind != kindConflict && v.kind != kindProtected && v.kind != kindPointer && at.Before(answered):
-				// Removed before the answer that named it (made again).
 			case v.kind == kindConflict || v.kind == kindProtected || v.kind == kindPointer:
 				early.fail("%s: the LV it names (not its own) was removed at %s", v, at.Format(time.StampMilli))
+			case at.Before(answered):
+				// Its own, removed before the answer that named it (made again).
 			case v.keeps():
 				early.fail("%s: LV %s, which it keeps, removed at %s", v, v.lv, at.Format(time.StampMilli))
 			case v.released.IsZero() || at.Before(v.released):
