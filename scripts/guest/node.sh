@@ -113,7 +113,7 @@ step_time() {
   fi
   step_title='' step_at=$SECONDS step_busy=$b step_all=$a step_runs=$n
 }
-trap step_time EXIT
+trap 'step_time; keep_logs' EXIT
 step() {
   step_time
   case $1 in *": OK") ;; *) step_title=$1 ;; esac
@@ -132,14 +132,19 @@ dump() {
   # it: the cluster's newest warnings, whole (a kubelet's mount error, say).
   kubectl get events -A --field-selector type=Warning --sort-by=.lastTimestamp --no-headers 2>&1 |
     tail -n 6 | sed 's/^/node: FAILED: warning: /' || true
-  # Whole logs for the host (scripts/vm/node.sh keeps the share), with
-  # this boot's of the agent and the provisioner.
-  if grep -q ' /share ' /proc/mounts; then
-    cp -r "$CLUSTER_DIR/logs" /share/cluster-logs
-    cp -r /var/log/pods/lvm-agent_* /share/cluster-logs/ 2>/dev/null || true
-  fi
 }
 trap 'dump $LINENO' ERR
+# keep_logs: the cluster's whole logs, with this boot's of the agent and the
+# provisioner, for the host (the share: scripts/vm/node.sh and test.sh keep
+# it), at the end of every run, passed or not: a step that passed slowly is
+# read there (under 1 MiB).
+keep_logs() {
+  grep -q ' /share ' /proc/mounts || return 0
+  rm -rf /share/cluster-logs
+  cp -r "$CLUSTER_DIR/logs" /share/cluster-logs 2>/dev/null || return 0
+  cp -r /var/log/pods/lvm-agent_* /share/cluster-logs/ 2>/dev/null || true
+  kubectl get events -A -o wide --sort-by=.lastTimestamp >/share/cluster-logs/events.txt 2>/dev/null || true
+}
 
 # service NAME COMMAND...: COMMAND run as a node's service manager runs a
 # unit with Restart=always and RestartSec=2 (the guest has no systemd):

@@ -94,6 +94,6 @@ boot=$(sed -n 's/.* boot=\([0-9]*\).*/\1/p' "$share/run.log")
 [ -z "$boot" ] || times_add "boot (QEMU start to the first command)" "$boot"
 [ ! -f "$share/times.tsv" ] || while IFS=$'\t' read -r what secs; do times_add "in guest: $what" "$secs"; done <"$share/times.tsv"
 times_add "the guest, boot to power-off" $((SECONDS - t1))
-[ $rc -eq 0 ] || log "results: $share (results/: the suite's logs; cluster-logs/: the cluster's)"
+log "results: $share (results/: the suite's logs; cluster-logs/: the cluster's, kept on every run)"
 log "$([ $rc -eq 0 ] && echo OK || echo "FAILED (exit $rc)") in $((SECONDS - t0)) s; host load at the end: $(load)"
 exit $rc
