@@ -23,10 +23,17 @@ import (
 	"github.com/lvm-agent/lvm-agent/kube"
 )
 
-// countingProvisioner tells each return of Provision.
+// countingProvisioner tells each return of Provision and of ShouldProvision.
 type countingProvisioner struct {
 	*Provisioner
 	returned chan error
+	should   chan bool
+}
+
+func (c countingProvisioner) ShouldProvision(ctx context.Context, pvc *corev1.PersistentVolumeClaim) bool {
+	ok := c.Provisioner.ShouldProvision(ctx, pvc)
+	c.should <- ok
+	return ok
 }
 
 func (c countingProvisioner) Provision(ctx context.Context, opts controller.ProvisionOptions) (*corev1.PersistentVolume, controller.ProvisioningState, error) {
@@ -47,12 +54,13 @@ func creatingWrites(client *fake.Clientset) *atomic.Int32 {
 	return &n
 }
 
-// The library's claim worker calls Provision again for a claim that our own
-// writes (the request, the agent's answer) updated while it was provisioned,
-// when its PV informer does not show the PV just saved yet
+// The library's claim worker takes up again a claim that our own writes
+// (the request, the agent's answer) updated while it was provisioned, when
+// its PV informer does not show the PV just saved yet
 // (provisionClaimOperation looks for the PV only there). Here that informer
-// never shows it, the widest form of that race: the second call finds the
-// agent's answer on the claim and asks nothing; the claim is asked once.
+// never shows it, the widest form of that race: ShouldProvision says no, so
+// Provision is not called again (no second Provisioning event, PV create,
+// ProvisioningSucceeded event); the claim is asked once, its PV created once.
 func TestLibraryProvisionsOnceThoughCalledAgain(t *testing.T) {
 	wffc := storagev1.VolumeBindingWaitForFirstConsumer
 	sc := class(wffc, corev1.PersistentVolumeReclaimDelete, map[string]string{"volumeGroup": "vg0"})
@@ -87,20 +95,42 @@ func TestLibraryProvisionsOnceThoughCalledAgain(t *testing.T) {
 		return true, w, err
 	})
 
-	p := countingProvisioner{New(client, Config{Timeout: 10 * time.Second}), make(chan error, 100)}
+	var pvCreates atomic.Int32
+	client.PrependReactor("create", "persistentvolumes", func(clienttesting.Action) (bool, runtime.Object, error) {
+		pvCreates.Add(1)
+		return false, nil, nil
+	})
+	p := countingProvisioner{New(client, Config{Timeout: 10 * time.Second}), make(chan error, 100), make(chan bool, 100)}
 	pc := controller.NewProvisionController(ctx, client, kube.DefaultProvisioner, p,
 		controller.LeaderElection(false), controller.MetricsPort(0), controller.AddFinalizer(true),
 		controller.CreateProvisionedPVLimiter(workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, time.Second)))
 	go pc.Run(ctx)
-	for i := range 2 {
+	next := func(what string) {
+		t.Helper()
 		select {
-		case err := <-p.returned:
-			require.NoError(t, err, "call %d", i+1)
+		case ok := <-p.should:
+			require.Equal(t, what == "first", ok, "ShouldProvision, %s", what)
 		case <-ctx.Done():
-			t.Fatalf("Provision returned %d times, not 2", i)
+			t.Fatalf("no ShouldProvision call (%s)", what)
 		}
 	}
+	next("first")
+	select {
+	case err := <-p.returned:
+		require.NoError(t, err)
+	case <-ctx.Done():
+		t.Fatal("Provision did not return")
+	}
+	// The claim was updated during the call (the request, the answer): the
+	// library takes it up again, and is told no.
+	next("again")
+	select {
+	case err := <-p.returned:
+		t.Fatalf("Provision called again (returned %v)", err)
+	default:
+	}
 	assert.Equal(t, int32(1), asked.Load(), "creating writes")
+	assert.Equal(t, int32(1), pvCreates.Load(), "PV creates")
 	pv, err := client.CoreV1().PersistentVolumes().Get(ctx, "pvc-uid-1", metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, "/dev/vg0/pvc-uid-1", pv.Spec.Local.Path)

@@ -20,6 +20,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilcache "k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -108,9 +109,20 @@ type Provisioner struct {
 	client kubernetes.Interface
 	api    apiclient.Interface // client, for kube's functions
 	cfg    Config
+	// made holds, by claim UID, the claims this process gave a PV in the
+	// last madeFor (ShouldProvision).
+	made *utilcache.LRUExpireCache
 }
 
-var _ controller.BlockProvisioner = (*Provisioner)(nil)
+var (
+	_ controller.BlockProvisioner = (*Provisioner)(nil)
+	_ controller.Qualifier        = (*Provisioner)(nil)
+)
+
+// madeFor is how long a claim given a PV is not provisioned again: the
+// window between the PV's save and kube-controller-manager's bind is
+// seconds, minutes on a recovering cluster.
+const madeFor = 5 * time.Minute
 
 // New makes a Provisioner.
 func New(client kubernetes.Interface, cfg Config) *Provisioner {
@@ -123,7 +135,26 @@ func New(client kubernetes.Interface, cfg Config) *Provisioner {
 	if cfg.CapacityAnnotation == "" {
 		cfg.CapacityAnnotation = kube.DefaultCapacityAnnotation
 	}
-	return &Provisioner{client: client, api: clientset.Wrap(client), cfg: cfg}
+	return &Provisioner{client: client, api: clientset.Wrap(client), cfg: cfg, made: utilcache.NewLRUExpireCache(4096)}
+}
+
+// ShouldProvision is false for a claim this process gave a PV in the last
+// madeFor. The library calls Provision again for a claim that the request
+// and the agent's answer updated while it was provisioned, when its PV
+// informer does not show the PV it saved yet (and the claim is not bound
+// yet): each such call wrote a second Provisioning event, a second create
+// of the PV (AlreadyExists) and a second ProvisioningSucceeded event, for
+// nothing (half the claims of a make demo run). The library saves the PV
+// in the background until it is saved (the queue store, which
+// controller.CreateProvisionedPVLimiter chooses: cmd/lvm-agent sets it), so
+// a PV given is a PV made; a claim evicted from this cache early costs only
+// that call again.
+func (p *Provisioner) ShouldProvision(_ context.Context, pvc *corev1.PersistentVolumeClaim) bool {
+	if pv, ok := p.made.Get(pvc.UID); ok {
+		klog.V(4).InfoS("Claim given its PV already; not provisioned again", "pvc", klog.KObj(pvc), "pv", pv)
+		return false
+	}
+	return true
 }
 
 // SupportsBlock: a local PV hands the LV to a Pod raw in volumeMode Block.
@@ -219,6 +250,7 @@ func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOp
 		// The copy's filesystem is its source's size: see AnnPreResizeCapacity.
 		pv.Annotations[AnnPreResizeCapacity] = resource.NewQuantity(srcSize, resource.BinarySI).String()
 	}
+	p.made.Add(pvc.UID, pv.Name, madeFor)
 	return pv, controller.ProvisioningFinished, nil
 }
 
