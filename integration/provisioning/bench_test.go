@@ -55,8 +55,34 @@ func BenchmarkPVCBound(b *testing.B) {
 			b.ReportMetric(0, "ns/op")
 			fmt.Printf("PVC created -> bound, fake lvmd latency %v: median %v of %d (min %v, max %v)\n",
 				latency, median.Round(time.Millisecond), len(took), took[0].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond))
+			eventWrites(b, ns, len(took))
 		})
 	}
+}
+
+// eventWrites prints the event writes about the namespace's claims per
+// claim, by reason: an event's count is its create and each patch that
+// counted it again (kube-controller-manager's, the provisioner's, the
+// agent's).
+func eventWrites(b *testing.B, ns string, claims int) {
+	b.Helper()
+	evs, err := cluster.Client.CoreV1().Events(ns).List(context.Background(),
+		metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("involvedObject.kind", "PersistentVolumeClaim").String()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	by := map[string]int32{}
+	var all int32
+	for _, e := range evs.Items {
+		n := max(e.Count, 1)
+		by[e.Reason] += n
+		all += n
+	}
+	line := fmt.Sprintf("event writes on the claims: %.2f per claim", float64(all)/float64(claims))
+	for _, r := range slices.Sorted(maps.Keys(by)) {
+		line += fmt.Sprintf(", %s %.2f", r, float64(by[r])/float64(claims))
+	}
+	fmt.Println(line)
 }
 
 func untilBound(b *testing.B, w watch.Interface) {
