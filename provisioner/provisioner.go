@@ -144,7 +144,7 @@ func New(client kubernetes.Interface, cfg Config) *Provisioner {
 // informer does not show the PV it saved yet (and the claim is not bound
 // yet): each such call wrote a second Provisioning event, a second create
 // of the PV (AlreadyExists) and a second ProvisioningSucceeded event, for
-// nothing (half the claims of a make demo run). The library saves the PV
+// nothing (3 of the 8 claims of a make demo run). The library saves the PV
 // in the background until it is saved (the queue store, which
 // controller.CreateProvisionedPVLimiter chooses: cmd/lvm-agent sets it), so
 // a PV given is a PV made; a claim evicted from this cache early costs only
