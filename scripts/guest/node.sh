@@ -143,7 +143,7 @@ keep_logs() {
   rm -rf /share/cluster-logs
   cp -r "$CLUSTER_DIR/logs" /share/cluster-logs 2>/dev/null || return 0
   cp -r /var/log/pods/lvm-agent_* /share/cluster-logs/ 2>/dev/null || true
-  kubectl get events -A -o wide --sort-by=.lastTimestamp >/share/cluster-logs/events.txt 2>/dev/null || true
+  kubectl get events -A -o wide --sort-by=.lastTimestamp --request-timeout=30s >/share/cluster-logs/events.txt 2>/dev/null || true
 }
 
 # service NAME COMMAND...: COMMAND run as a node's service manager runs a
