@@ -123,11 +123,12 @@ func createVolume(ctx context.Context, c apiclient.Interface, pvc *corev1.Persis
 		return nil, err
 	}
 	if answeredCreate(pvc, node, string(raw)) {
-		// Asked and answered already: a caller that asks again (the
-		// provisioner library calls Provision again for a claim that the
-		// request and its answer updated, while its PV informer does not
-		// show the PV just saved yet) gets the answer that stands, and the
-		// agent is not sent a second create of the same volume.
+		// Asked and answered already: a caller that asks again (a
+		// provisioner restarted before its PV was saved or bound; one
+		// whose library takes the claim up again, which lvm-agent's own
+		// provisioner tells it not to: its ShouldProvision) gets the
+		// answer that stands, and the agent is not sent a second create
+		// of the same volume.
 		if onState != nil {
 			onState(StateCreated, "")
 		}

@@ -83,8 +83,10 @@ func (v *Volume) Active() (active, known bool) {
 	return v.Attr[4] == 'a', true
 }
 
-// Thin reports whether lvm says the volume is a thin volume.
-func (v *Volume) Thin() bool { return len(v.Attr) > 0 && v.Attr[0] == 'V' }
+// Thin reports whether the volume is a thin volume: in a pool, or lvm's
+// lv_attr type 'V' (topolvm's lvmd names no pool; a dialect may report no
+// lv_attr).
+func (v *Volume) Thin() bool { return v.Pool != "" || len(v.Attr) > 0 && v.Attr[0] == 'V' }
 
 // CreateRequest asks for a new logical volume.
 type CreateRequest struct {

@@ -46,8 +46,8 @@ type record struct {
 	errMsg  string
 	final   runtime.Object // the object when its final state was first seen
 	finalRV string
-	// answered is when a created answer (one naming a device) was first
-	// seen: before it, no answer named the claim's LV.
+	// answered is when a created answer was first seen: before it, no
+	// answer named the claim's LV.
 	answered time.Time
 	// finals counts the final states seen: a provisioner's request written
 	// again after one (lifecycle back to creating/deleting) starts a new
