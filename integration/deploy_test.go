@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -200,7 +201,9 @@ func checkSidecar(t *testing.T, objs []*unstructured.Unstructured) {
 
 // checkThickClones: an agent that can copy thick clones (the chart's
 // agent.thickClones, deploy/components/thick-clones): privileged, with the
-// host's /dev, so new LVs' devices appear in it.
+// host's /dev, so new LVs' devices appear in it. Beside an lvmd sidecar it
+// also reads the LVM metadata directly: lvmd's config where
+// --lvmd-config looks, and the host's /etc/lvm (its devices file).
 func checkThickClones(t *testing.T, objs []*unstructured.Unstructured) {
 	ds := deployTyped[appsv1.DaemonSet](t, deployFind(t, objs, "DaemonSet", "lvm-agent"))
 	pod := ds.Spec.Template.Spec
@@ -213,6 +216,19 @@ func checkThickClones(t *testing.T, objs []*unstructured.Unstructured) {
 	assert.Equal(t, "/dev", v.HostPath.Path)
 	// Room for eight copies' buffers at once (make bench-memory).
 	assert.Equal(t, "400Mi", agentC.Resources.Limits.Memory().String(), "the agent's memory limit with thick clones")
+	if !slices.ContainsFunc(pod.Containers, func(c corev1.Container) bool { return c.Name == "lvmd" }) {
+		return
+	}
+	assert.Equal(t, "/etc/topolvm", podMountPath(t, agentC, "lvmd-config"), "lvmd's config where --lvmd-config looks")
+	assert.Equal(t, "/etc/lvm", podMountPath(t, agentC, "host-lvm-config"))
+	for _, m := range agentC.VolumeMounts {
+		if m.Name == "lvmd-config" || m.Name == "host-lvm-config" {
+			assert.True(t, m.ReadOnly, "%s read-only", m.Name)
+		}
+	}
+	v = podVolume(t, pod, "host-lvm-config")
+	require.NotNil(t, v.HostPath)
+	assert.Equal(t, "/etc/lvm", v.HostPath.Path)
 }
 
 // checkClones: deploy/overlays/clones, the sidecar deployment with a thin
