@@ -178,6 +178,11 @@ func checkSidecar(t *testing.T, objs []*unstructured.Unstructured) {
 	assert.Equal(t, ptrTo(true), lvmd.SecurityContext.Privileged)
 	assert.Equal(t, "/run/topolvm", podMountPath(t, lvmd, "lvmd-socket"))
 	assert.NotNil(t, podVolume(t, pod, "lvmd-socket").EmptyDir, "the socket is private to the pod")
+	// kubelet starts the containers in turn: lvmd, which every request
+	// waits for, first; kubectl's default container is the agent.
+	require.Len(t, pod.Containers, 2)
+	assert.Equal(t, []string{"lvmd", "lvm-agent"}, []string{pod.Containers[0].Name, pod.Containers[1].Name})
+	assert.Equal(t, "lvm-agent", ds.Spec.Template.Annotations["kubectl.kubernetes.io/default-container"])
 
 	// lvmd's configuration parses with lvmd's own types and serves the
 	// socket the agent dials.
