@@ -224,12 +224,10 @@ func checkThickClones(t *testing.T, objs []*unstructured.Unstructured) {
 	if !slices.ContainsFunc(pod.Containers, func(c corev1.Container) bool { return c.Name == "lvmd" }) {
 		return
 	}
-	assert.Equal(t, "/etc/topolvm", podMountPath(t, agentC, "lvmd-config"), "lvmd's config where --lvmd-config looks")
-	assert.Equal(t, "/etc/lvm", podMountPath(t, agentC, "host-lvm-config"))
-	for _, m := range agentC.VolumeMounts {
-		if m.Name == "lvmd-config" || m.Name == "host-lvm-config" {
-			assert.True(t, m.ReadOnly, "%s read-only", m.Name)
-		}
+	for volume, path := range map[string]string{"lvmd-config": "/etc/topolvm", "host-lvm-config": "/etc/lvm"} {
+		m := podMount(t, agentC, volume)
+		assert.Equal(t, path, m.MountPath, volume)
+		assert.True(t, m.ReadOnly, "%s read-only", volume)
 	}
 	v = podVolume(t, pod, "host-lvm-config")
 	require.NotNil(t, v.HostPath)
@@ -516,13 +514,18 @@ func podVolume(t *testing.T, pod corev1.PodSpec, name string) corev1.Volume {
 
 func podMountPath(t *testing.T, c corev1.Container, volume string) string {
 	t.Helper()
+	return podMount(t, c, volume).MountPath
+}
+
+func podMount(t *testing.T, c corev1.Container, volume string) corev1.VolumeMount {
+	t.Helper()
 	for _, m := range c.VolumeMounts {
 		if m.Name == volume {
-			return m.MountPath
+			return m
 		}
 	}
 	require.FailNow(t, fmt.Sprintf("container %s does not mount %s", c.Name, volume))
-	return ""
+	return corev1.VolumeMount{}
 }
 
 // The ConfigMaps are generated with a content hash in their names, so a
