@@ -111,6 +111,7 @@ func checkNoLVMD(t *testing.T, objs []*unstructured.Unstructured) {
 	ds := deployTyped[appsv1.DaemonSet](t, deployFind(t, objs, "DaemonSet", "lvm-agent"))
 	pod := ds.Spec.Template.Spec
 	require.Len(t, pod.Containers, 1)
+	assert.Empty(t, pod.InitContainers, "no lvmd sidecar")
 	assert.Empty(t, pod.Volumes, "no socket, no lvmd configuration")
 	assert.False(t, pod.HostPID)
 	assert.True(t, pod.HostNetwork, "google/lvmd on the node's loopback")

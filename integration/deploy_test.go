@@ -134,7 +134,7 @@ func checkCommon(t *testing.T, objs []*unstructured.Unstructured) {
 	assert.True(t, bound, "a ClusterRoleBinding binds ServiceAccount %s/%s", ds.Namespace, pod.ServiceAccountName)
 
 	// Every ConfigMap reference resolves.
-	for _, c := range pod.Containers {
+	for _, c := range slices.Concat(pod.InitContainers, pod.Containers) {
 		for _, e := range c.Env {
 			if r := e.ValueFrom; r != nil && r.ConfigMapKeyRef != nil {
 				cm := deployTyped[corev1.ConfigMap](t, deployFind(t, objs, "ConfigMap", r.ConfigMapKeyRef.Name))
@@ -178,11 +178,13 @@ func checkSidecar(t *testing.T, objs []*unstructured.Unstructured) {
 	assert.Equal(t, ptrTo(true), lvmd.SecurityContext.Privileged)
 	assert.Equal(t, "/run/topolvm", podMountPath(t, lvmd, "lvmd-socket"))
 	assert.NotNil(t, podVolume(t, pod, "lvmd-socket").EmptyDir, "the socket is private to the pod")
-	// kubelet starts the containers in turn: lvmd, which every request
-	// waits for, first; kubectl's default container is the agent.
-	require.Len(t, pod.Containers, 2)
-	assert.Equal(t, []string{"lvmd", "lvm-agent"}, []string{pod.Containers[0].Name, pod.Containers[1].Name})
-	assert.Equal(t, "lvm-agent", ds.Spec.Template.Annotations["kubectl.kubernetes.io/default-container"])
+	// lvmd is a sidecar: kubelet starts it before the agent, whose
+	// requests all wait for it, and stops it after the agent.
+	require.Len(t, pod.InitContainers, 1)
+	assert.Equal(t, "lvmd", pod.InitContainers[0].Name)
+	assert.Equal(t, ptrTo(corev1.ContainerRestartPolicyAlways), lvmd.RestartPolicy, "lvmd a sidecar")
+	require.Len(t, pod.Containers, 1)
+	assert.Equal(t, "lvm-agent", pod.Containers[0].Name)
 
 	// lvmd's configuration parses with lvmd's own types and serves the
 	// socket the agent dials.
@@ -221,7 +223,7 @@ func checkThickClones(t *testing.T, objs []*unstructured.Unstructured) {
 	assert.Equal(t, "/dev", v.HostPath.Path)
 	// Room for eight copies' buffers at once (make bench-memory).
 	assert.Equal(t, "400Mi", agentC.Resources.Limits.Memory().String(), "the agent's memory limit with thick clones")
-	if !slices.ContainsFunc(pod.Containers, func(c corev1.Container) bool { return c.Name == "lvmd" }) {
+	if !slices.ContainsFunc(pod.InitContainers, func(c corev1.Container) bool { return c.Name == "lvmd" }) {
 		return
 	}
 	for volume, path := range map[string]string{"lvmd-config": "/etc/topolvm", "host-lvm-config": "/etc/lvm"} {
@@ -258,6 +260,7 @@ func checkHostLVMD(t *testing.T, objs []*unstructured.Unstructured) {
 	ds := deployTyped[appsv1.DaemonSet](t, deployFind(t, objs, "DaemonSet", "lvm-agent"))
 	pod := ds.Spec.Template.Spec
 	require.Len(t, pod.Containers, 1)
+	assert.Empty(t, pod.InitContainers, "no lvmd sidecar")
 	assert.False(t, pod.HostPID)
 	v := podVolume(t, pod, "lvmd-socket")
 	assert.Nil(t, v.EmptyDir)
@@ -490,9 +493,10 @@ func deployTyped[T any](t *testing.T, o *unstructured.Unstructured) *T {
 	return out
 }
 
+// podContainer: the container or sidecar (init container) name.
 func podContainer(t *testing.T, pod corev1.PodSpec, name string) corev1.Container {
 	t.Helper()
-	for _, c := range pod.Containers {
+	for _, c := range slices.Concat(pod.InitContainers, pod.Containers) {
 		if c.Name == name {
 			return c
 		}

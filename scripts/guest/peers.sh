@@ -193,7 +193,7 @@ usec() { local k v; while read -r k v; do [ "$k" != usage_usec ] || { echo "$v";
 # a directory per container ID in it, the sandbox's too).
 pod_dirs() {
   local pod uid kind ids dir
-  kubectl -n "${NS[$1]}" get pods --field-selector "spec.nodeName=$node" -o jsonpath='{range .items[*]}{.metadata.name} {.metadata.uid} {.metadata.ownerReferences[0].kind} {range .status.containerStatuses[*]}{.name}={.containerID},{end}{"\n"}{end}' |
+  kubectl -n "${NS[$1]}" get pods --field-selector "spec.nodeName=$node" -o jsonpath='{range .items[*]}{.metadata.name} {.metadata.uid} {.metadata.ownerReferences[0].kind} {range .status.initContainerStatuses[*]}{.name}={.containerID},{end}{range .status.containerStatuses[*]}{.name}={.containerID},{end}{"\n"}{end}' |
     while read -r pod uid kind ids; do
       dir=$(find /sys/fs/cgroup/kubepods* -maxdepth 3 -type d -name "pod$uid" 2>/dev/null | head -n1)
       [ -z "$dir" ] || echo "$pod $dir $kind $ids"
@@ -286,7 +286,7 @@ diagnose() {
   kubectl get pvc,pods -l "bench=peers,stack=$1" -o wide
   kubectl get events -A --sort-by=.lastTimestamp | tail -n 100
   for p in $(kubectl -n "$ns" get pods -o name); do
-    for c in $(kubectl -n "$ns" get "$p" -o jsonpath='{.spec.containers[*].name}'); do
+    for c in $(kubectl -n "$ns" get "$p" -o jsonpath='{.spec.initContainers[*].name} {.spec.containers[*].name}'); do
       echo "--- $p $c: the last $2 s"
       kubectl -n "$ns" logs "$p" -c "$c" --since="$2s" --tail=400 || true
       kubectl -n "$ns" logs "$p" -c "$c" --previous --tail=50 2>/dev/null | sed 's/^/previous: /' || true
@@ -460,14 +460,14 @@ sleep 1 # the stamps' last lines
 mkdir -p "$w/logs"
 for s in "${STACKS[@]}"; do
   for p in $(kubectl -n "${NS[$s]}" get pods -o name); do
-    for c in $(kubectl -n "${NS[$s]}" get "$p" -o jsonpath='{.spec.containers[*].name}'); do
+    for c in $(kubectl -n "${NS[$s]}" get "$p" -o jsonpath='{.spec.initContainers[*].name} {.spec.containers[*].name}'); do
       kubectl -n "${NS[$s]}" logs "$p" -c "$c" --timestamps >"$w/logs/$s.${p#pod/}.$c.log" 2>&1 || true
     done
   done
 done
 cp "$CLUSTER_DIR/logs/kubelet.log" "$w/logs/kubelet.log" 2>/dev/null || true
 for s in "${STACKS[@]}"; do
-  kubectl -n "${NS[$s]}" get pods -o jsonpath='{range .items[*]}{.metadata.name}{" "}{range .spec.containers[*]}{.image}{" "}{end}{"\n"}{end}' >"$w/$s.pods"
+  kubectl -n "${NS[$s]}" get pods -o jsonpath='{range .items[*]}{.metadata.name}{" "}{range .spec.initContainers[*]}{.image}{" "}{end}{range .spec.containers[*]}{.image}{" "}{end}{"\n"}{end}' >"$w/$s.pods"
 done
 stat -c '%s %n' "$bin"/images/lvm-agent-amd64.tar "$bin"/images/lvmd.tar "$bin"/peer-images/*.tar >"$w/image-bytes"
 
