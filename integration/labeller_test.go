@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/lvm-agent/lvm-agent/integration/harness"
 	"github.com/lvm-agent/lvm-agent/kube"
@@ -45,6 +46,13 @@ func TestLabellerHybrid(t *testing.T) {
 		close(done)
 	}()
 	defer func() { cancel(); <-done }()
+	// The agent starts once the labeller holds its Lease: an agent started
+	// before watches the unlabelled objects itself, and its first sweep is
+	// skipped (TestWatchModes covers that).
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		l, err := cp.Client.CoordinationV1().Leases(ns).Get(ctx, lease.Name, metav1.GetOptions{})
+		return err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "", nil
+	}), "the labeller's Lease held")
 
 	addr := harness.FreeAddr(t)
 	n := startNode(t, "--watch-mode", "hybrid", "--sweep-interval", "1h", "--relist-spread", "0", "--metrics-address", addr,
