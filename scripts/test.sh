@@ -172,7 +172,7 @@ failed=0
 if has guest || has integration; then run kubernetes kubernetes || failed=1; fi
 # Helm, for the integration step only (its scripts/helm.sh call waits for
 # this one, flock), beside the builds the guest waits for (4.3 CPU-minutes
-# cold; warm, a cache lookup). Not niced: niced, it took 12 minutes cold,
+# cold; warm, a cache lookup). Not niced: niced, it took about 12 minutes cold,
 # the integration step waited for it, and its tests (seven control planes)
 # then ran beside the guest's node scenario, which they starved (a cold
 # .ci/run failed: the guest's API server stopped answering kubectl). Built
