@@ -530,9 +530,7 @@ show kubectl get node "$(hostname)" -o jsonpath='{.metadata.annotations.csi\.ali
 [ "$mode" != powercut ] || { pc_write; exit 1; } # pc_write ends in the power cut
 [ "$mode" != bench ] || {
   step "Bench: the agent at --v=2, which logs each request's lvmd calls with their times (the growth rows read them)"
-  # The agent's container, found by its name (a JSON patch addresses it by index).
-  i=$(($(kubectl -n lvm-agent get daemonset lvm-agent -o jsonpath='{.spec.template.spec.containers[*].name}' | tr ' ' '\n' | grep -nx lvm-agent | cut -d: -f1) - 1))
-  show kubectl -n lvm-agent patch daemonset lvm-agent --type json -p '[{"op":"test","path":"/spec/template/spec/containers/'"$i"'/name","value":"lvm-agent"},{"op":"add","path":"/spec/template/spec/containers/'"$i"'/args/-","value":"--v=2"}]'
+  show kubectl -n lvm-agent patch daemonset lvm-agent --type json -p '[{"op":"test","path":"/spec/template/spec/containers/0/name","value":"lvm-agent"},{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--v=2"}]'
   show kubectl -n lvm-agent rollout status daemonset/lvm-agent --timeout=600s
   show kubectl apply -f "$bin/deploy/examples/storageclass-thick.yaml" # every bench's thick class
   case ",$benches," in *,create,*) bench ;; esac

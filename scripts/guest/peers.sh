@@ -280,13 +280,15 @@ running() { kubectl get pods -l "bench=peers,stack=$1" -o jsonpath='{range .item
 # cluster's last events, and each of STACK's containers' log of the last
 # SECONDS (and of its previous instance, if it restarted): where a burst's
 # time went.
+# container_names NS POD: its containers' names, sidecars (init containers) first.
+container_names() { kubectl -n "$1" get "$2" -o jsonpath='{.spec.initContainers[*].name} {.spec.containers[*].name}'; }
 diagnose() {
   local ns=${NS[$1]} p c
   kubectl -n "$ns" get pods -o wide
   kubectl get pvc,pods -l "bench=peers,stack=$1" -o wide
   kubectl get events -A --sort-by=.lastTimestamp | tail -n 100
   for p in $(kubectl -n "$ns" get pods -o name); do
-    for c in $(kubectl -n "$ns" get "$p" -o jsonpath='{.spec.initContainers[*].name} {.spec.containers[*].name}'); do
+    for c in $(container_names "$ns" "$p"); do
       echo "--- $p $c: the last $2 s"
       kubectl -n "$ns" logs "$p" -c "$c" --since="$2s" --tail=400 || true
       kubectl -n "$ns" logs "$p" -c "$c" --previous --tail=50 2>/dev/null | sed 's/^/previous: /' || true
@@ -460,7 +462,7 @@ sleep 1 # the stamps' last lines
 mkdir -p "$w/logs"
 for s in "${STACKS[@]}"; do
   for p in $(kubectl -n "${NS[$s]}" get pods -o name); do
-    for c in $(kubectl -n "${NS[$s]}" get "$p" -o jsonpath='{.spec.initContainers[*].name} {.spec.containers[*].name}'); do
+    for c in $(container_names "${NS[$s]}" "$p"); do
       kubectl -n "${NS[$s]}" logs "$p" -c "$c" --timestamps >"$w/logs/$s.${p#pod/}.$c.log" 2>&1 || true
     done
   done

@@ -284,7 +284,9 @@ pc_records() {
 # cluster's events (probe failures, kills, back-offs) and kubelet's log.
 pc_diag() {
   mkdir -p "$PC/diag"
-  kubectl -n lvm-agent get pods -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{range .status.initContainerStatuses[*]}{"  "}{.name}{" restarts="}{.restartCount}{" ready="}{.ready}{" started="}{.state.running.startedAt}{" last="}{.lastState.terminated.reason}{" exit="}{.lastState.terminated.exitCode}{" from="}{.lastState.terminated.startedAt}{" to="}{.lastState.terminated.finishedAt}{"\n"}{end}{range .status.containerStatuses[*]}{"  "}{.name}{" restarts="}{.restartCount}{" ready="}{.ready}{" started="}{.state.running.startedAt}{" last="}{.lastState.terminated.reason}{" exit="}{.lastState.terminated.exitCode}{" from="}{.lastState.terminated.startedAt}{" to="}{.lastState.terminated.finishedAt}{"\n"}{end}{end}' >"$PC/diag/containers.txt" 2>&1 || true
+  # Each container's line, the lvmd sidecar's (an init container) first.
+  local c='{"  "}{.name}{" restarts="}{.restartCount}{" ready="}{.ready}{" started="}{.state.running.startedAt}{" last="}{.lastState.terminated.reason}{" exit="}{.lastState.terminated.exitCode}{" from="}{.lastState.terminated.startedAt}{" to="}{.lastState.terminated.finishedAt}{"\n"}'
+  kubectl -n lvm-agent get pods -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{range .status.initContainerStatuses[*]}'"$c"'{end}{range .status.containerStatuses[*]}'"$c"'{end}{end}' >"$PC/diag/containers.txt" 2>&1 || true
   kubectl get events -A --sort-by=.lastTimestamp -o wide >"$PC/diag/events.txt" 2>&1 || true
   cp "$CLUSTER_DIR/logs/kubelet.log" "$PC/diag/kubelet.log" 2>/dev/null || true
   sed 's/^/    /' "$PC/diag/containers.txt"
