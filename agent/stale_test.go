@@ -9,12 +9,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/lvm-agent/lvm-agent/kube"
 	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
+	"github.com/lvm-agent/lvm-agent/lvmbackend/lvmdfake"
 )
 
 // Issue 29, item 4: the host chaos once ended with a PV answered "deleted"
@@ -155,6 +157,56 @@ func TestVolumeOfRequestAnsweredMeanwhileRemoved(t *testing.T) {
 	pvc, err := e.client.CoreV1().PersistentVolumeClaims("default").Get(context.Background(), "pvc", metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, kube.StateFailed, pvc.Annotations[kube.AnnLifecycle], "the other agent's answer stands")
+}
+
+// Two agents of a node found the same thick LV of a claim made by an
+// lvcreate cut short (make chaos, seed 1): the other agent wrote its mark
+// on the claim, removed the LV, made it again, and was about to answer
+// created, conditional on the claim's version with its mark. This agent
+// found the new LV and wrote the same mark: a patch that changes nothing
+// keeps the version, so it fenced nothing, and the other agent's answer
+// landed on a claim whose LV this agent then removed: created, no LV.
+// Each agent's mark is its own, so it always moves the claim on: the other
+// agent's answer does not land, and the claim's answer names a live LV.
+func TestRemadeLVMarkFencesTheOtherAgent(t *testing.T) {
+	e := start(t, Config{})
+	tags := []string{OwnerTag("default-pvc-uid")}
+	require.NoError(t, e.lvm.Add(lvmdfake.LV{Class: "thick", Name: "lv1", SizeBytes: 4 << 20, Tags: tags}))
+	var removes atomic.Int32
+	var remade, answered atomic.Bool
+	var marked string // the claim's version with the first mark: what the other agent read
+	pvcNow := func() *corev1.PersistentVolumeClaim {
+		pvc, err := e.client.CoreV1().PersistentVolumeClaims("default").Get(context.Background(), "pvc", metav1.GetOptions{})
+		require.NoError(t, err)
+		return pvc
+	}
+	e.lvm.SetHook(func(op, _, _ string) error {
+		switch {
+		case op == "remove":
+			if removes.Add(1) == 2 && answered.CompareAndSwap(false, true) {
+				// This agent removes the LV the other agent made again:
+				// that agent's answer comes now.
+				_, err := kube.UpdatePvcWithAnnotations(context.Background(), clientset.Wrap(e.client), "default", "pvc", marked,
+					kube.Set(map[string]string{kube.AnnLifecycle: kube.StateCreated, kube.AnnDevice: "/dev/vg0/lv1"}), nil)
+				assert.True(t, apierrors.IsConflict(err), "the other agent's answer lands on a claim whose LV is being removed: %v", err)
+			}
+		case op == "create" && removes.Load() == 1 && remade.CompareAndSwap(false, true):
+			// The first mark is on the claim and the LV gone: the other
+			// agent, having written that mark, makes the LV again, just
+			// before this agent's lvcreate (which then finds it).
+			marked = pvcNow().ResourceVersion
+			assert.NoError(t, e.lvm.Add(lvmdfake.LV{Class: "thick", Name: "lv1", SizeBytes: 4 << 20, Tags: tags}))
+		}
+		return nil
+	})
+	e.pvc(t, "default", "pvc", node, spec(`{"volumeGroup":"thick","name":"lv1","size":4096}`))
+	e.settle(t, &answered)
+	pvc := pvcNow()
+	require.Equal(t, kube.StateCreated, pvc.Annotations[kube.AnnLifecycle], "%v", pvc.Annotations)
+	lvs, err := e.lvm.List("thick")
+	require.NoError(t, err)
+	require.Len(t, lvs, 1, "the claim answered created has its LV")
+	assert.Equal(t, "/dev/vg0/lv1", pvc.Annotations[kube.AnnDevice])
 }
 
 // otherAgentAnswersFirst counts lvmd's creates and removes and, once an LV

@@ -23,6 +23,7 @@ import (
 
 	"github.com/lvm-agent/lvm-agent/kube"
 	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
+	"github.com/lvm-agent/lvm-agent/kube/kubefake"
 )
 
 // startHybrid runs an agent in the hybrid watch mode; the test sweeps.
@@ -30,6 +31,7 @@ func startHybrid(t *testing.T) (*env, *kube.Sweeper) {
 	t.Helper()
 	f, backend := serveLVMD(t, thickAndThin[0])
 	e := &env{client: fake.NewClientset(), fakeLVMD: f}
+	kubefake.Versioned(e.client, nil, "persistentvolumeclaims", "persistentvolumes")
 	filterWatches(e.client)
 	n := kube.Node{Name: node, Drivers: []string{kube.DefaultDriver}}
 	cfg := Config{Node: n, BackoffBase: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Workers: 4}

@@ -616,7 +616,8 @@ func half(lv *lvmbackend.Volume) bool {
 // it again, as long as no answer ever named it (then it never held data):
 // first the error is written on the claim, conditional on the version
 // read, so that an answer of the node's other agent (a rollout's second
-// pod) that named it since wins and the LV stays. One tagged protected,
+// pod) that named it since wins and the LV stays, and one that agent is
+// about to write does not land. One tagged protected,
 // and one of a claim asked again after an answer (it may hold a PV's
 // data), are left as they are, their request open with the error.
 func (a *Agent) unfinished(ctx context.Context, pvc *corev1.PersistentVolumeClaim, lv *lvmbackend.Volume, copies bool) (out outcome, cut bool) {
@@ -636,13 +637,22 @@ func (a *Agent) unfinished(ctx context.Context, pvc *corev1.PersistentVolumeClai
 	case answered:
 		return retry(fmt.Errorf("%w; the claim was answered with a device before, so the LV may hold its data and is left as it is", what)), true
 	}
-	msg := fmt.Sprintf("%v; no answer named it, so it held no data: it is removed and made again", what)
-	k := Key{Kind: KindPVC, Namespace: pvc.Namespace, Name: pvc.Name}
-	switch err := a.patch(ctx, k, pvc.ResourceVersion, kube.Change{kube.AnnError: &msg}); {
+	// The mark names its moment: the node's other agent may have written
+	// the same words at the same version, then made the LV again, and a
+	// patch that changes nothing leaves the version as it was, which would
+	// let that agent's answer land on a claim whose LV this agent removes
+	// (make chaos, seed 1). A write that still moved nothing fences
+	// nothing: the claim is read again.
+	msg := fmt.Sprintf("%v; no answer named it, so it held no data: it is removed and made again (%s)", what, time.Now().UTC().Format(time.RFC3339Nano))
+	now, err := kube.UpdatePvcWithAnnotations(ctx, a.client, pvc.Namespace, pvc.Name, pvc.ResourceVersion, kube.Change{kube.AnnError: &msg}, nil)
+	a.metrics.wrote(string(KindPVC), err)
+	switch {
 	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
 		return changed(), true
 	case err != nil:
 		return retry(fmt.Errorf("%w; recording its removal: %v", what, err)), true
+	case now.ResourceVersion == pvc.ResourceVersion:
+		return changed(), true
 	}
 	if err := a.backend.RemoveVolume(ctx, lv.DeviceClass, lv.Name); err != nil && !errors.Is(err, lvmbackend.ErrNotFound) {
 		return retry(fmt.Errorf("%w; removing it: %v", what, err)), true

@@ -3,6 +3,7 @@
 package kubefake
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"reflect"
@@ -27,7 +28,8 @@ import (
 // its objects only for its watches, never in their metadata, so without
 // this a test cannot see whether a conditional write would have landed.
 // seen, when not nil, is told each merge patch's resourceVersion ("" for
-// none).
+// none). A merge patch that changes nothing keeps the version, as the
+// API server's does.
 func Versioned(c *fake.Clientset, seen func(rv string), resources ...string) {
 	var mu sync.Mutex
 	rv := 1000000 // above the versions tests write themselves
@@ -96,6 +98,13 @@ func Versioned(c *fake.Clientset, seen func(rv string), resources ...string) {
 			obj := reflect.New(reflect.TypeOf(cur).Elem()).Interface().(runtime.Object)
 			if err := json.Unmarshal(merged, obj); err != nil {
 				return true, nil, apierrors.NewBadRequest(err.Error())
+			}
+			if now, err := json.Marshal(obj); err == nil && bytes.Equal(now, old) {
+				// A patch that changes nothing is not written: the API
+				// server keeps the version (and sends no watch event), so
+				// such a write is no fence against a writer that read the
+				// same version.
+				return true, cur.DeepCopyObject(), nil
 			}
 			o, _ := meta.Accessor(obj)
 			o.SetResourceVersion(next())
