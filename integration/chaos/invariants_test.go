@@ -202,7 +202,7 @@ func (w *world) checks(extra ...*check) []*check {
 		}
 		if v.oldLV != "" {
 			for _, at := range w.removes[v.oldLV] {
-				if at.Before(v.first) {
+				if at.Before(v.first) && !at.Before(v.firstAnswered) {
 					early.fail("%s: LV %s removed at %s, before its first claim was deleted (%s)", v, v.oldLV, at.Format(time.StampMilli), v.first.Format(time.StampMilli))
 				}
 			}

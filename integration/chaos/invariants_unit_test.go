@@ -160,3 +160,23 @@ func TestChangedBeyondDeletion(t *testing.T) {
 	relabelled.Labels = map[string]string{"a": "b"}
 	assert.Contains(t, changedBeyondDeletion(before, relabelled), "labels")
 }
+
+// kindRecreate's first LV may be removed and made again before its first
+// claim's answer (as any claim's own LV), never after it while that claim
+// lives (make chaos, seed 2: removed, made again, then answered).
+func TestRecreatedClaimsFirstLV(t *testing.T) {
+	answered := time.Now()
+	for _, c := range []struct {
+		removed time.Time
+		want    int
+	}{{answered.Add(-time.Millisecond), 0}, {answered.Add(time.Millisecond), 1}} {
+		v := &volume{kind: kindRecreate, ns: "ns", pvc: "re", class: "vg1", lv: "lv-new", oldLV: "lv-old", uid: "uid-2",
+			firstAnswered: answered, first: answered.Add(time.Second)}
+		w := &world{vols: []*volume{v}, removes: map[string][]time.Time{"lv-old": {c.removed}}}
+		for _, ch := range w.checks() {
+			if ch.name == "no LV removed unless its claim let go of it" {
+				assert.Len(t, ch.violations, c.want, "removed %s after the answer", c.removed.Sub(answered))
+			}
+		}
+	}
+}

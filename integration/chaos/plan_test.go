@@ -136,8 +136,9 @@ type volume struct {
 	// deletion (kindFull), or deleted the claim (kindAbandon). No LV of a
 	// volume may be removed before.
 	released time.Time
-	// first is when kindRecreate's first claim was deleted.
-	first time.Time
+	// first is when kindRecreate's first claim was deleted; firstAnswered
+	// when it was answered created (before, its LV may be made again).
+	first, firstAnswered time.Time
 	// err is the provisioner's own failure: a request it could not finish.
 	err error
 }

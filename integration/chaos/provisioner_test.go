@@ -92,6 +92,11 @@ func (p *provisioner) lifecycle(ctx context.Context, v *volume) error {
 		if err := p.createWith(ctx, v, spec, 1); err != nil {
 			return err
 		}
+		r, err := p.tracker.waitFinal(ctx, objKey{"pvc", v.ns, v.pvc}, v.uid)
+		if err != nil {
+			return err
+		}
+		v.firstAnswered = r.answered
 		sleep(ctx, v.dwell)
 		v.first = time.Now()
 		if err := p.deleteClaim(ctx, v); err != nil {
