@@ -184,12 +184,18 @@ func (w *world) checks(extra ...*check) []*check {
 		// made again (the agent does so with an LV it found made, which an
 		// lvcreate cut short may have left half made or unwiped).
 		early.checked++
+		owner := v // whose LV v.lv is
+		if v.kind == kindPointer && v.victim != nil {
+			owner = v.victim
+		}
 		var answered time.Time
-		if r, ok := w.records[objKey{"pvc", v.ns, v.pvc}]; ok {
+		if r, ok := w.records[objKey{"pvc", owner.ns, owner.pvc}]; ok {
 			answered = r.answered
 		}
 		for _, at := range w.removes[v.lv] {
 			switch {
+			case v.kind == kindPointer && at.Before(answered):
+				// The victim's own LV, made again before its answer.
 			case v.kind == kindConflict || v.kind == kindProtected || v.kind == kindPointer:
 				early.fail("%s: the LV it names (not its own) was removed at %s", v, at.Format(time.StampMilli))
 			case at.Before(answered):

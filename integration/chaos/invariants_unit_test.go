@@ -161,21 +161,34 @@ func TestChangedBeyondDeletion(t *testing.T) {
 	assert.Contains(t, changedBeyondDeletion(before, relabelled), "labels")
 }
 
-// kindRecreate's first LV may be removed and made again before its first
-// claim's answer (as any claim's own LV), never after it while that claim
-// lives (make chaos, seed 2: removed, made again, then answered).
-func TestRecreatedClaimsFirstLV(t *testing.T) {
+// A claim's own LV may be removed and made again before the claim's
+// answer, never after it while it keeps it: kindRecreate's first LV before
+// its first claim's answer (make chaos, seed 2), and the live LV a
+// kindPointer PV names before its owner's answer (seed 314437).
+func TestLVMadeAgainBeforeItsAnswer(t *testing.T) {
 	answered := time.Now()
+	victim := &volume{kind: kindKeep, ns: "ns", pvc: "victim", class: "vg1", lv: "lv-victim", uid: "uid-v"}
 	for _, c := range []struct {
+		v       *volume
 		removed time.Time
 		want    int
-	}{{answered.Add(-time.Millisecond), 0}, {answered.Add(time.Millisecond), 1}} {
-		v := &volume{kind: kindRecreate, ns: "ns", pvc: "re", class: "vg1", lv: "lv-new", oldLV: "lv-old", uid: "uid-2",
-			firstAnswered: answered, first: answered.Add(time.Second)}
-		w := &world{vols: []*volume{v}, removes: map[string][]time.Time{"lv-old": {c.removed}}}
+	}{
+		{&volume{kind: kindRecreate, ns: "ns", pvc: "re", class: "vg1", lv: "lv-new", oldLV: "lv-old", uid: "uid-2",
+			firstAnswered: answered, first: answered.Add(time.Second)}, answered.Add(-time.Millisecond), 0},
+		{&volume{kind: kindRecreate, ns: "ns", pvc: "re", class: "vg1", lv: "lv-new", oldLV: "lv-old", uid: "uid-2",
+			firstAnswered: answered, first: answered.Add(time.Second)}, answered.Add(time.Millisecond), 1},
+		{&volume{kind: kindPointer, pv: "pv-pointer", class: "vg1", lv: "lv-victim", victim: victim}, answered.Add(-time.Millisecond), 0},
+		{&volume{kind: kindPointer, pv: "pv-pointer", class: "vg1", lv: "lv-victim", victim: victim}, answered.Add(time.Millisecond), 1},
+	} {
+		lv := c.v.lv
+		if c.v.oldLV != "" {
+			lv = c.v.oldLV
+		}
+		w := &world{vols: []*volume{c.v}, removes: map[string][]time.Time{lv: {c.removed}},
+			records: map[objKey]record{{"pvc", "ns", "victim"}: {answered: answered}}}
 		for _, ch := range w.checks() {
 			if ch.name == "no LV removed unless its claim let go of it" {
-				assert.Len(t, ch.violations, c.want, "removed %s after the answer", c.removed.Sub(answered))
+				assert.Len(t, ch.violations, c.want, "%s: removed %s after the answer", c.v.kind, c.removed.Sub(answered))
 			}
 		}
 	}
