@@ -180,26 +180,25 @@ func (w *world) checks(extra ...*check) []*check {
 		}
 		// No LV is removed unless its claim let go of it (claim deleted,
 		// delete asked): never one a volume keeps, never one not its own.
-		// Before the created answer, the claim's own LV may be removed and
-		// made again (the agent does so with an LV it found made, which an
-		// lvcreate cut short may have left half made or unwiped).
+		// Until a created answer names it (if one ever does), the claim's
+		// own LV may be removed and made again (the agent does so with an
+		// LV it found made, which an lvcreate cut short may have left half
+		// made or unwiped).
 		early.checked++
 		owner := v // whose LV v.lv is
 		if v.kind == kindPointer && v.victim != nil {
 			owner = v.victim
 		}
-		var answered time.Time
-		if r, ok := w.records[objKey{"pvc", owner.ns, owner.pvc}]; ok {
-			answered = r.answered
-		}
+		r, claimed := w.records[objKey{"pvc", owner.ns, owner.pvc}]
+		unnamed := func(at, answered time.Time) bool { return answered.IsZero() || at.Before(answered) }
 		for _, at := range w.removes[v.lv] {
 			switch {
-			case v.kind == kindPointer && at.Before(answered):
+			case v.kind == kindPointer && claimed && unnamed(at, r.answered):
 				// The victim's own LV, made again before its answer.
 			case v.kind == kindConflict || v.kind == kindProtected || v.kind == kindPointer:
 				early.fail("%s: the LV it names (not its own) was removed at %s", v, at.Format(time.StampMilli))
-			case at.Before(answered):
-				// Its own, removed before the answer that named it (made again).
+			case claimed && unnamed(at, r.answered):
+				// Its own, removed before an answer named it (made again).
 			case v.keeps():
 				early.fail("%s: LV %s, which it keeps, removed at %s", v, v.lv, at.Format(time.StampMilli))
 			case v.released.IsZero() || at.Before(v.released):
@@ -208,7 +207,7 @@ func (w *world) checks(extra ...*check) []*check {
 		}
 		if v.oldLV != "" {
 			for _, at := range w.removes[v.oldLV] {
-				if at.Before(v.first) && !at.Before(v.firstAnswered) {
+				if at.Before(v.first) && !unnamed(at, v.firstAnswered) {
 					early.fail("%s: LV %s removed at %s, before its first claim was deleted (%s)", v, v.oldLV, at.Format(time.StampMilli), v.first.Format(time.StampMilli))
 				}
 			}

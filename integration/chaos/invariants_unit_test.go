@@ -163,8 +163,9 @@ func TestChangedBeyondDeletion(t *testing.T) {
 
 // A claim's own LV may be removed and made again before the claim's
 // answer, never after it while it keeps it: kindRecreate's first LV before
-// its first claim's answer (make chaos, seed 2), and the live LV a
-// kindPointer PV names before its owner's answer (seed 314437).
+// its first claim's answer (make chaos, seed 2), the live LV a
+// kindPointer PV names before its owner's answer (seed 314437), an
+// abandoned claim's LV before any answer.
 func TestLVMadeAgainBeforeItsAnswer(t *testing.T) {
 	answered := time.Now()
 	victim := &volume{kind: kindKeep, ns: "ns", pvc: "victim", class: "vg1", lv: "lv-victim", uid: "uid-v"}
@@ -179,13 +180,17 @@ func TestLVMadeAgainBeforeItsAnswer(t *testing.T) {
 			firstAnswered: answered, first: answered.Add(time.Second)}, answered.Add(time.Millisecond), 1},
 		{&volume{kind: kindPointer, pv: "pv-pointer", class: "vg1", lv: "lv-victim", victim: victim}, answered.Add(-time.Millisecond), 0},
 		{&volume{kind: kindPointer, pv: "pv-pointer", class: "vg1", lv: "lv-victim", victim: victim}, answered.Add(time.Millisecond), 1},
+		// A claim deleted before any answer (seed 791041), and one
+		// answered, then deleted.
+		{&volume{kind: kindAbandon, ns: "ns", pvc: "never", class: "vg1", lv: "lv-ab", released: answered.Add(time.Second)}, answered, 0},
+		{&volume{kind: kindAbandon, ns: "ns", pvc: "victim", class: "vg1", lv: "lv-ab", released: answered.Add(time.Second)}, answered.Add(time.Millisecond), 1},
 	} {
 		lv := c.v.lv
 		if c.v.oldLV != "" {
 			lv = c.v.oldLV
 		}
 		w := &world{vols: []*volume{c.v}, removes: map[string][]time.Time{lv: {c.removed}},
-			records: map[objKey]record{{"pvc", "ns", "victim"}: {answered: answered}}}
+			records: map[objKey]record{{"pvc", "ns", "victim"}: {answered: answered}, {"pvc", "ns", "never"}: {}}}
 		for _, ch := range w.checks() {
 			if ch.name == "no LV removed unless its claim let go of it" {
 				assert.Len(t, ch.violations, c.want, "%s: removed %s after the answer", c.v.kind, c.removed.Sub(answered))
