@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -207,6 +209,54 @@ func TestRemadeLVMarkFencesTheOtherAgent(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, lvs, 1, "the claim answered created has its LV")
 	assert.Equal(t, "/dev/vg0/lv1", pvc.Annotations[kube.AnnDevice])
+}
+
+// The same, should the other agent's mark be word for word this agent's
+// (the one the claim carries when this agent's patch reaches the API
+// server): the patch changes nothing and moves no version, so this agent
+// removes nothing on it. It removes the LV only after a mark of its own
+// moved the claim on.
+func TestRemadeLVMarkThatChangedNothingRemovesNothing(t *testing.T) {
+	e := start(t, Config{})
+	require.NoError(t, e.lvm.Add(lvmdfake.LV{Class: "thick", Name: "lv1", SizeBytes: 4 << 20, Tags: []string{OwnerTag("default-pvc-uid")}}))
+	gvr := corev1.SchemeGroupVersion.WithResource("persistentvolumeclaims")
+	var doctored atomic.Bool
+	var sameRV atomic.Value // the claim's version carrying the doctored mark
+	e.client.PrependReactor("patch", "persistentvolumeclaims", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		var p struct {
+			Metadata struct {
+				Annotations map[string]string `json:"annotations"`
+			} `json:"metadata"`
+		}
+		if json.Unmarshal(a.(k8stesting.PatchAction).GetPatch(), &p) != nil || !strings.Contains(p.Metadata.Annotations[kube.AnnError], "made again") ||
+			!doctored.CompareAndSwap(false, true) {
+			return false, nil, nil
+		}
+		// The other agent's mark, the same words, already on the claim at
+		// the version this agent read.
+		obj, err := e.client.Tracker().Get(gvr, "default", "pvc")
+		if assert.NoError(t, err) {
+			pvc := obj.(*corev1.PersistentVolumeClaim).DeepCopy()
+			pvc.Annotations[kube.AnnError] = p.Metadata.Annotations[kube.AnnError]
+			sameRV.Store(pvc.ResourceVersion)
+			assert.NoError(t, e.client.Tracker().Update(gvr, pvc, "default"))
+		}
+		return false, nil, nil
+	})
+	var removed atomic.Bool
+	e.lvm.SetHook(func(op, _, _ string) error {
+		if op == "remove" && removed.CompareAndSwap(false, true) {
+			obj, err := e.client.Tracker().Get(gvr, "default", "pvc")
+			if assert.NoError(t, err) {
+				assert.NotEqual(t, sameRV.Load(), obj.(*corev1.PersistentVolumeClaim).ResourceVersion,
+					"the LV is removed only after this agent's mark moved the claim on")
+			}
+		}
+		return nil
+	})
+	e.pvc(t, "default", "pvc", node, spec(`{"volumeGroup":"thick","name":"lv1","size":4096}`))
+	require.Equal(t, kube.StateCreated, e.waitPVC(t, "default", "pvc")[kube.AnnLifecycle])
+	assert.True(t, doctored.Load() && removed.Load())
 }
 
 // otherAgentAnswersFirst counts lvmd's creates and removes and, once an LV
