@@ -641,7 +641,7 @@ func (a *Agent) unfinished(ctx context.Context, pvc *corev1.PersistentVolumeClai
 	// the same words at the same version, then made the LV again, and a
 	// patch that changes nothing leaves the version as it was, which would
 	// let that agent's answer land on a claim whose LV this agent removes
-	// (make chaos, seed 1). A write that still moved nothing fences
+	// (the chaos suite, seed 1). A write that still moved nothing fences
 	// nothing: the claim is read again.
 	msg := fmt.Sprintf("%v; no answer named it, so it held no data: it is removed and made again (%s)", what, time.Now().UTC().Format(time.RFC3339Nano))
 	now, err := kube.UpdatePvcWithAnnotations(ctx, a.client, pvc.Namespace, pvc.Name, pvc.ResourceVersion, kube.Change{kube.AnnError: &msg}, nil)
