@@ -398,7 +398,7 @@ func (a *Agent) answer(r req, out outcome, start time.Time, st *steps) syncResul
 			// Conditional like every write: if the object moved on (say, our
 			// final answer landed but its response was lost), the note is
 			// dropped rather than written after a final state.
-			if err := a.patch(ctx, k, m.GetResourceVersion(), c); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			if _, err := a.patch(ctx, k, m.GetResourceVersion(), c); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 				klog.ErrorS(err, "Could not record the error", "request", k)
 			}
 		}
@@ -418,7 +418,7 @@ func (a *Agent) answer(r req, out outcome, start time.Time, st *steps) syncResul
 		change.Remove(kube.AnnError, kube.AnnReason)
 	}
 	sent := time.Now()
-	err := a.patch(ctx, k, m.GetResourceVersion(), change)
+	_, err := a.patch(ctx, k, m.GetResourceVersion(), change)
 	wrote := time.Since(sent)
 	if err != nil && out.undo != nil {
 		// The answer for an LV just made did not land: the claim may have
@@ -501,15 +501,22 @@ func (a *Agent) reread(ctx context.Context, k Key, stale runtime.Object) {
 	}
 }
 
-func (a *Agent) patch(ctx context.Context, k Key, rv string, c kube.Change) error {
-	var err error
+// patch writes c on k's object, conditional on rv, and returns the version
+// the API server stored: rv itself when c changed nothing.
+func (a *Agent) patch(ctx context.Context, k Key, rv string, c kube.Change) (stored string, err error) {
 	if k.Kind == KindPVC {
-		_, err = kube.UpdatePvcWithAnnotations(ctx, a.client, k.Namespace, k.Name, rv, c, nil)
+		var o *corev1.PersistentVolumeClaim
+		if o, err = kube.UpdatePvcWithAnnotations(ctx, a.client, k.Namespace, k.Name, rv, c, nil); err == nil {
+			stored = o.ResourceVersion
+		}
 	} else {
-		_, err = kube.UpdatePvWithAnnotations(ctx, a.client, k.Name, rv, c, nil)
+		var o *corev1.PersistentVolume
+		if o, err = kube.UpdatePvWithAnnotations(ctx, a.client, k.Name, rv, c, nil); err == nil {
+			stored = o.ResourceVersion
+		}
 	}
 	a.metrics.wrote(string(k.Kind), err)
-	return err
+	return stored, err
 }
 
 // misdirected warns about a request labelled for this node that another

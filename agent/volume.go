@@ -644,14 +644,14 @@ func (a *Agent) unfinished(ctx context.Context, pvc *corev1.PersistentVolumeClai
 	// (the chaos suite, seed 1). A write that still moved nothing fences
 	// nothing: the claim is read again.
 	msg := fmt.Sprintf("%v; no answer named it, so it held no data: it is removed and made again (%s)", what, time.Now().UTC().Format(time.RFC3339Nano))
-	now, err := kube.UpdatePvcWithAnnotations(ctx, a.client, pvc.Namespace, pvc.Name, pvc.ResourceVersion, kube.Change{kube.AnnError: &msg}, nil)
-	a.metrics.wrote(string(KindPVC), err)
+	k := Key{Kind: KindPVC, Namespace: pvc.Namespace, Name: pvc.Name}
+	stored, err := a.patch(ctx, k, pvc.ResourceVersion, kube.Change{kube.AnnError: &msg})
 	switch {
 	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
 		return changed(), true
 	case err != nil:
 		return retry(fmt.Errorf("%w; recording its removal: %v", what, err)), true
-	case now.ResourceVersion == pvc.ResourceVersion:
+	case stored == pvc.ResourceVersion:
 		return changed(), true
 	}
 	if err := a.backend.RemoveVolume(ctx, lv.DeviceClass, lv.Name); err != nil && !errors.Is(err, lvmbackend.ErrNotFound) {
