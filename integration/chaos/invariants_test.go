@@ -191,14 +191,13 @@ func (w *world) checks(extra ...*check) []*check {
 		}
 		r, claimed := w.records[objKey{"pvc", owner.ns, owner.pvc}]
 		unnamed := func(at, answered time.Time) bool { return answered.IsZero() || at.Before(answered) }
+		notOwn := v.kind == kindConflict || v.kind == kindProtected // and no owner's to make again
 		for _, at := range w.removes[v.lv] {
 			switch {
-			case v.kind == kindPointer && claimed && unnamed(at, r.answered):
-				// The victim's own LV, made again before its answer.
-			case v.kind == kindConflict || v.kind == kindProtected || v.kind == kindPointer:
+			case !notOwn && claimed && unnamed(at, r.answered):
+				// Its owner's, removed before an answer named it (made again).
+			case notOwn || v.kind == kindPointer:
 				early.fail("%s: the LV it names (not its own) was removed at %s", v, at.Format(time.StampMilli))
-			case claimed && unnamed(at, r.answered):
-				// Its own, removed before an answer named it (made again).
 			case v.keeps():
 				early.fail("%s: LV %s, which it keeps, removed at %s", v, v.lv, at.Format(time.StampMilli))
 			case v.released.IsZero() || at.Before(v.released):
