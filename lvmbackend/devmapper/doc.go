@@ -15,7 +15,9 @@
 //     query uses, including the buffer growth on DM_BUFFER_FULL_FLAG.
 //   - version.go, list.go, info.go, status.go, statusall.go: the queries.
 //   - thinpool.go, thin.go, targets.go: parsers for the thin-pool and thin
-//     status strings the kernel returns in Status.
+//     status strings the kernel returns in Status, and for the thin-pool
+//     table line (Table) that says whether a pool zeroes new blocks
+//     (ThinPoolZeroing, in status.go).
 //   - snapshot.go: the model the agent and `volume status` read (DevNum,
 //     DeviceState, a pool's problems) and Snapshot, which builds it for
 //     every device, each thin volume with its pool's device.

@@ -38,6 +38,12 @@ var (
 	ErrClosed = errors.New("device-mapper control closed")
 )
 
+// ErrNotThinPool is the cause (Error.Err, not a Kind) when ThinPoolZeroing
+// finds no active device with a thin-pool target under the names LVM uses
+// for the pool; the Kind of that error is ErrNotFound, so errors.Is
+// matches both.
+var ErrNotThinPool = errors.New("no thin-pool target")
+
 // Error is the error type of every kernel-facing operation.
 type Error struct {
 	// Op is "open" or the ioctl name (e.g. "DM_TABLE_STATUS").

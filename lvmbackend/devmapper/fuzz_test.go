@@ -2,6 +2,8 @@ package devmapper
 
 import (
 	"math"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -49,6 +51,33 @@ func FuzzParseThinStatus(f *testing.F) {
 			t.Fatalf("highest sector without mapping for %q", params)
 		}
 		_ = s.MappedBytes()
+	})
+}
+
+// FuzzParseThinPoolTable: besides never panicking, a parse that succeeds
+// accounts for every word, and ZeroesNewBlocks is false exactly when
+// skip_block_zeroing is among the features.
+func FuzzParseThinPoolTable(f *testing.F) {
+	for _, s := range []string{
+		"253:0 253:1 128 0 0 ", "253:0 253:1 128 0 1 skip_block_zeroing ",
+		"252:10 252:11 1024 16 3 ignore_discard skip_block_zeroing error_if_no_space",
+		"8:16 8:32 128 0", "8:16 8:32 128 0 1", "8:16 8:32 128 0 0 extra",
+		"8:16 8:32 128 0 18446744073709551615 x", "Fail", "", "1:2 3:4 5 6 -1",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, params string) {
+		tb, err := ParseThinPoolTable(params)
+		if err != nil {
+			return
+		}
+		if n := len(strings.Fields(params)); n != 4 && n != 5+len(tb.Features) {
+			t.Fatalf("%d words, %d features from %q", n, len(tb.Features), params)
+		}
+		skip := slices.ContainsFunc(tb.Features, func(a string) bool { return strings.EqualFold(a, "skip_block_zeroing") })
+		if tb.ZeroesNewBlocks == skip {
+			t.Fatalf("ZeroesNewBlocks %v with features %q", tb.ZeroesNewBlocks, tb.Features)
+		}
 	})
 }
 

@@ -24,6 +24,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/lvm-agent/lvm-agent/lvmbackend/lvmmeta"
 )
 
 func TestGuestLVM(t *testing.T) {
@@ -105,6 +107,70 @@ func TestGuestLVM(t *testing.T) {
 	assert.Equal(t, "out_of_data", r.Health)
 	assert.Equal(t, "error", r.WhenFull)
 	assert.Equal(t, byte('D'), r.Attr[8], "lv_attr %q", r.Attr)
+}
+
+// TestGuestThinPoolZeroing: ThinPoolZeroing agrees with `lvcreate -Z` and
+// with the 'z' of lv_attr, for pools without thin volumes (which LVM
+// activates without the -tpool layer) and again once each has one (the
+// thin-pool target then on the layer). Dashes in the names check that the
+// dm name LVM uses is lvmmeta.DMName's.
+func TestGuestThinPoolZeroing(t *testing.T) {
+	ctl := openGuest(t, "lvm", "dmsetup", "losetup")
+	ctx := context.Background()
+	vg := fmt.Sprintf("dmzero-%d", os.Getpid())
+	newVG(t, vg, 64<<20)
+	pools := map[string]bool{"z-pool": true, "raw-pool": false} // LV name: -Z y
+	lvm(t, fmt.Sprintf("lvcreate -y --type thin-pool -Z y -L 8m -n z-pool %[1]s\n"+
+		"lvcreate -y --type thin-pool -Z n -L 8m -n raw-pool %[1]s\n"+
+		"lvcreate -y -L 4m -n lin %[1]s\n", vg))
+
+	check := func(stage, layer string) {
+		t.Helper()
+		list, err := parseLVS(lvm(t, "", "lvs", "-a", "--reportformat", "json", "-o", lvsFields, vg))
+		require.NoError(t, err)
+		rows := map[string]lvsRow{}
+		for _, r := range list {
+			rows[strings.Trim(r.Name, "[]")] = r
+		}
+		for pool, want := range pools {
+			r, ok := rows[pool]
+			require.True(t, ok, "%s: lvs has no %s", stage, pool)
+			require.Equal(t, "active", r.Active, "%s: %s", stage, pool)
+			name := lvmmeta.DMName(vg, pool)
+			require.Equal(t, name, filepath.Base(r.DMPath), "%s: the dm name of %s", stage, pool)
+			assert.Equal(t, want, r.Attr[7] == 'z', "%s: %s: lv_attr %q", stage, pool, r.Attr)
+			got, err := ctl.ThinPoolZeroing(ctx, name)
+			require.NoError(t, err, "%s: %s", stage, pool)
+			assert.Equal(t, want, got, "%s: %s", stage, pool)
+
+			// The thin-pool target is where the doc says it is.
+			tb, err := ctl.Table(ctx, name+layer)
+			require.NoError(t, err, "%s: %s%s", stage, name, layer)
+			require.Len(t, tb.Targets, 1)
+			assert.Equal(t, "thin-pool", tb.Targets[0].Type, "%s: %s%s", stage, name, layer)
+			if layer == "" {
+				_, err := ctl.Info(ctx, name+"-tpool")
+				assert.ErrorIs(t, err, ErrNotFound, "%s: %s-tpool", stage, name)
+			}
+		}
+	}
+	check("new pools", "")
+
+	lvm(t, fmt.Sprintf("lvcreate -y -V 16m -n z-thin --thinpool z-pool %[1]s\n"+
+		"lvcreate -y -V 16m -n raw-thin --thinpool raw-pool %[1]s\n", vg))
+	check("pools with a thin volume", "-tpool")
+
+	_, err := ctl.ThinPoolZeroing(ctx, lvmmeta.DMName(vg, "lin"))
+	assert.ErrorIs(t, err, ErrNotThinPool, "a linear LV")
+	assert.ErrorIs(t, err, ErrNotFound, "a linear LV")
+
+	lvm(t, "", "lvchange", "-an", vg+"/z-thin")
+	lvm(t, "", "lvchange", "-an", vg+"/z-pool")
+	_, err = ctl.ThinPoolZeroing(ctx, lvmmeta.DMName(vg, "z-pool"))
+	assert.ErrorIs(t, err, ErrNotThinPool, "an inactive pool")
+	got, err := ctl.ThinPoolZeroing(ctx, lvmmeta.DMName(vg, "raw-pool"))
+	require.NoError(t, err)
+	assert.False(t, got, "the other pool still")
 }
 
 // compareLVM compares every LV of vg that `lvs -a` reports with the

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
+	"fmt"
 )
 
 // Target is one line of a device's table: Length sectors (512 bytes) of the
@@ -116,4 +118,46 @@ func decodeTargets(buf []byte, h header) ([]Target, error) {
 		off = next
 	}
 	return targets, nil
+}
+
+// ThinPoolZeroing reports whether the thin pool whose LVM device-mapper
+// name is name (lvmmeta.DMName(vg, pool): "vg-pool", dashes in either name
+// doubled) zeroes newly provisioned blocks: ZeroesNewBlocks of its table
+// (ParseThinPoolTable).
+//
+// LVM puts the thin-pool target on one of two devices. A pool that has
+// ever had a thin volume (a non-zero transaction id) has it on the
+// "<name>-tpool" layer, active while the pool or any of its thin volumes
+// is; "<name>" is then a linear device over that layer, or absent. A pool
+// that never had one is activated without the layer: "<name>" is the
+// thin-pool target. So "<name>-tpool" is read first, then "<name>".
+//
+// When neither is an active device with a thin-pool target (inactive pool,
+// not a pool, no such LV), the error is an *Error with Kind ErrNotFound and
+// cause ErrNotThinPool. Other kernel errors are returned as they come; a
+// table that does not parse is an error matching ErrInvalidStatus.
+func (c *Control) ThinPoolZeroing(ctx context.Context, name string) (bool, error) {
+	const op = "DM_TABLE_STATUS"
+	if err := checkName(op, name); err != nil {
+		return false, err
+	}
+	for _, dev := range [2]string{name + "-tpool", name} {
+		t, err := c.Table(ctx, dev)
+		switch {
+		case errors.Is(err, ErrNotFound), errors.Is(err, ErrInvalidName):
+			// ErrInvalidName: "<name>-tpool" is too long for the
+			// kernel, so LVM cannot have made it.
+			continue
+		case err != nil:
+			return false, err
+		case len(t.Targets) != 1 || t.Targets[0].Type != "thin-pool":
+			continue
+		}
+		p, err := ParseThinPoolTable(t.Targets[0].Params)
+		if err != nil {
+			return false, &Error{Op: op, Target: dev, Err: err}
+		}
+		return p.ZeroesNewBlocks, nil
+	}
+	return false, &Error{Op: op, Target: name, Kind: ErrNotFound, Err: fmt.Errorf("%w in %s-tpool or %s", ErrNotThinPool, name, name)}
 }

@@ -3,6 +3,8 @@ package devmapper
 import (
 	"context"
 	"encoding/binary"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -213,4 +215,138 @@ func TestGoldenStatusReplyLengths(t *testing.T) {
 	// Guards the hand arithmetic in golden_test.go.
 	assert.Len(t, goldenThinPoolStatusReply(), 421)
 	assert.Len(t, goldenTwoTargetStatusReply(), 417)
+}
+
+// tableReply is DM_TABLE_STATUS with DM_STATUS_TABLE_FLAG of a device with
+// one target of type typ (at most 15 bytes) and table params.
+func tableReply(name, typ, params string) []byte {
+	return kernelReply(kernelHeader{version: v4_48, targetCount: 1, flags: 0x10 | dmActivePresent, dev: 0xfd02, name: name}, cat(
+		u64(0), u64(2097152), u32(0), u32(0), // next unused: one target
+		str(typ), pad(16-len(typ)),
+		str(params), str("\x00"),
+	))
+}
+
+// poolKernel answers DM_TABLE_STATUS from a table per device name; a name
+// without one gets ENXIO, as from the kernel for a missing device.
+func poolKernel(t *testing.T, tables map[string][2]string) *fakeKernel {
+	return &fakeKernel{t: t, respond: func(_ int, c call) ([]byte, error) {
+		assert.Equal(t, uintptr(0xc138fd0c), c.req, "DM_TABLE_STATUS")
+		assert.Equal(t, uint32(0x10), c.flags(), "DM_STATUS_TABLE_FLAG")
+		tb, ok := tables[c.name()]
+		if !ok {
+			return kernelReply(kernelHeader{version: v4_48}, nil)[:312], syscall.ENXIO
+		}
+		return tableReply(c.name(), tb[0], tb[1]), nil
+	}}
+}
+
+func TestThinPoolZeroing(t *testing.T) {
+	const zeroing, skipping = "253:0 253:1 128 0 0 ", "253:0 253:1 128 0 1 skip_block_zeroing "
+	tests := []struct {
+		name   string
+		tables map[string][2]string
+		want   bool
+		reads  []string // devices queried, in order
+	}{
+		{
+			name: "used pool: the -tpool layer, -Z y",
+			tables: map[string][2]string{
+				"vg0-pool-tpool": {"thin-pool", zeroing},
+				"vg0-pool":       {"linear", "253:2 0"},
+			},
+			want: true, reads: []string{"vg0-pool-tpool"},
+		},
+		{
+			name:   "used pool: the -tpool layer, -Z n, only thin volumes active",
+			tables: map[string][2]string{"vg0-pool-tpool": {"thin-pool", skipping}},
+			want:   false, reads: []string{"vg0-pool-tpool"},
+		},
+		{
+			name:   "new pool: no layer, the pool device is the thin-pool, -Z y",
+			tables: map[string][2]string{"vg0-pool": {"thin-pool", zeroing}},
+			want:   true, reads: []string{"vg0-pool-tpool", "vg0-pool"},
+		},
+		{
+			name:   "new pool: no layer, -Z n",
+			tables: map[string][2]string{"vg0-pool": {"thin-pool", skipping}},
+			want:   false, reads: []string{"vg0-pool-tpool", "vg0-pool"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			k := poolKernel(t, tt.tables)
+			got, err := k.control().ThinPoolZeroing(context.Background(), "vg0-pool")
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, got)
+			var reads []string
+			for i := range k.callCount() {
+				reads = append(reads, k.call(i).name())
+			}
+			assert.Equal(t, tt.reads, reads)
+		})
+	}
+}
+
+func TestThinPoolZeroingNotAPool(t *testing.T) {
+	for name, tables := range map[string]map[string][2]string{
+		"no such device":        nil,
+		"linear LV":             {"vg0-pool": {"linear", "8:16 2048"}},
+		"-tpool without a pool": {"vg0-pool-tpool": {"linear", "8:16 2048"}, "vg0-pool": {"linear", "253:2 0"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := poolKernel(t, tables).control().ThinPoolZeroing(context.Background(), "vg0-pool")
+			require.ErrorIs(t, err, ErrNotThinPool)
+			require.ErrorIs(t, err, ErrNotFound)
+			var e *Error
+			require.ErrorAs(t, err, &e)
+			assert.Equal(t, "vg0-pool", e.Target)
+		})
+	}
+
+	t.Run("no live table", func(t *testing.T) {
+		k := &fakeKernel{t: t, respond: func(_ int, c call) ([]byte, error) {
+			if c.name() == "vg0-pool" {
+				return goldenNoTableStatusReply(), nil
+			}
+			return kernelReply(kernelHeader{version: v4_48}, nil)[:312], syscall.ENXIO
+		}}
+		_, err := k.control().ThinPoolZeroing(context.Background(), "vg0-pool")
+		require.ErrorIs(t, err, ErrNotThinPool)
+	})
+}
+
+func TestThinPoolZeroingErrors(t *testing.T) {
+	t.Run("unparsable table", func(t *testing.T) {
+		k := poolKernel(t, map[string][2]string{"vg0-pool-tpool": {"thin-pool", "253:0 253:1 128 0 2 skip_block_zeroing"}})
+		_, err := k.control().ThinPoolZeroing(context.Background(), "vg0-pool")
+		require.ErrorIs(t, err, ErrInvalidStatus)
+		assert.NotErrorIs(t, err, ErrNotThinPool)
+		var e *Error
+		require.ErrorAs(t, err, &e)
+		assert.Equal(t, "vg0-pool-tpool", e.Target)
+	})
+	t.Run("permission is not a missing pool", func(t *testing.T) {
+		k := &fakeKernel{t: t, respond: func(int, call) ([]byte, error) {
+			return kernelReply(kernelHeader{version: v4_48}, nil)[:312], syscall.EACCES
+		}}
+		_, err := k.control().ThinPoolZeroing(context.Background(), "vg0-pool")
+		require.ErrorIs(t, err, ErrPermission)
+		assert.NotErrorIs(t, err, ErrNotThinPool)
+		assert.Equal(t, 1, k.callCount(), "no fallback to the pool device")
+	})
+	t.Run("invalid name", func(t *testing.T) {
+		k := replies(t)
+		_, err := k.control().ThinPoolZeroing(context.Background(), "")
+		require.ErrorIs(t, err, ErrInvalidName)
+		assert.Zero(t, k.callCount())
+	})
+	t.Run("-tpool name too long for the kernel: only the pool device", func(t *testing.T) {
+		name := strings.Repeat("a", 127)
+		k := poolKernel(t, map[string][2]string{name: {"thin-pool", "253:0 253:1 128 0 1 skip_block_zeroing"}})
+		got, err := k.control().ThinPoolZeroing(context.Background(), name)
+		require.NoError(t, err)
+		assert.False(t, got)
+		assert.Equal(t, 1, k.callCount())
+	})
 }

@@ -148,3 +148,83 @@ func ParseThinPoolStatus(params string) (ThinPoolStatus, error) {
 	}
 	return s, nil
 }
+
+// FeatureSkipBlockZeroing is the thin-pool table feature that turns off the
+// zeroing of newly provisioned blocks (LVM's `lvcreate -Z n`).
+const FeatureSkipBlockZeroing = "skip_block_zeroing"
+
+// ThinPoolTable is the table line of a thin-pool target (Table), see the
+// kernel's Documentation/admin-guide/device-mapper/thin-provisioning.rst:
+//
+//	<metadata dev> <data dev> <data block size (sectors)>
+//	<low water mark (blocks)> [<#feature args> [<arg>]*]
+//
+// The kernel prints devices as major:minor and always prints the feature
+// count, 0 when there are no features.
+type ThinPoolTable struct {
+	MetadataDev DevNum
+	DataDev     DevNum
+	// DataBlockSectors is the pool's data block size in 512-byte sectors:
+	// the unit of the data block counts of ThinPoolStatus.
+	DataBlockSectors uint64
+	// LowWaterMark is the number of free data blocks at which the kernel
+	// raises an event.
+	LowWaterMark uint64
+	// Features are the feature args, verbatim (skip_block_zeroing,
+	// ignore_discard, no_discard_passdown, read_only, error_if_no_space,
+	// or a newer kernel's); nil when there are none.
+	Features []string
+	// ZeroesNewBlocks: the pool overwrites a newly provisioned data block
+	// with zeroes before a thin volume can read it (no skip_block_zeroing,
+	// LVM's zero attribute, the 'z' of lv_attr). Without it a new thin
+	// volume can read what a deleted one left in the pool's blocks.
+	ZeroesNewBlocks bool
+}
+
+// ParseThinPoolTable parses the table params of a thin-pool target. The
+// feature count must match the args that follow it exactly: a line this
+// parser does not fully account for is an error rather than a guess, since
+// ZeroesNewBlocks decides whether a pool may be used at all.
+func ParseThinPoolTable(params string) (ThinPoolTable, error) {
+	const target = "thin-pool table"
+	f := strings.Fields(params)
+	if len(f) < 4 {
+		return ThinPoolTable{}, invalidStatus(target, "%d fields, want at least 4", len(f))
+	}
+	var t ThinPoolTable
+	var err error
+	if t.MetadataDev, err = parseDevNum(target, "metadata device", f[0]); err != nil {
+		return ThinPoolTable{}, err
+	}
+	if t.DataDev, err = parseDevNum(target, "data device", f[1]); err != nil {
+		return ThinPoolTable{}, err
+	}
+	if t.DataBlockSectors, err = parseUint(target, "data block size", f[2]); err != nil {
+		return ThinPoolTable{}, err
+	}
+	if t.LowWaterMark, err = parseUint(target, "low water mark", f[3]); err != nil {
+		return ThinPoolTable{}, err
+	}
+	t.ZeroesNewBlocks = true
+	if len(f) == 4 {
+		return t, nil
+	}
+	n, err := parseUint(target, "feature count", f[4])
+	if err != nil {
+		return ThinPoolTable{}, err
+	}
+	args := f[5:]
+	if n != uint64(len(args)) {
+		return ThinPoolTable{}, invalidStatus(target, "%d feature args announced, %d present", n, len(args))
+	}
+	if len(args) > 0 {
+		t.Features = args
+	}
+	for _, a := range args {
+		// The kernel matches feature names case-insensitively.
+		if strings.EqualFold(a, FeatureSkipBlockZeroing) {
+			t.ZeroesNewBlocks = false
+		}
+	}
+	return t, nil
+}

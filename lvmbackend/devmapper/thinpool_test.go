@@ -121,3 +121,87 @@ func TestThinPoolStatusHelpersOnDegenerateCounts(t *testing.T) {
 	assert.Equal(t, 2.0, s.DataUsedFraction(), "reported as is, not clamped")
 	assert.Zero(t, ThinPoolStatus{State: StateFail}.DataUsedFraction())
 }
+
+func TestParseThinPoolTable(t *testing.T) {
+	tests := []struct {
+		name   string
+		params string
+		want   ThinPoolTable
+	}{
+		{
+			name:   "LVM -Z y: no features, trailing space as emitted",
+			params: "253:0 253:1 128 0 0 ",
+			want: ThinPoolTable{MetadataDev: DevNum{253, 0}, DataDev: DevNum{253, 1},
+				DataBlockSectors: 128, ZeroesNewBlocks: true},
+		},
+		{
+			name:   "LVM -Z n",
+			params: "253:0 253:1 128 0 1 skip_block_zeroing ",
+			want: ThinPoolTable{MetadataDev: DevNum{253, 0}, DataDev: DevNum{253, 1},
+				DataBlockSectors: 128, Features: []string{"skip_block_zeroing"}},
+		},
+		{
+			name:   "skip_block_zeroing among other features",
+			params: "252:10 252:11 1024 16 3 ignore_discard skip_block_zeroing error_if_no_space",
+			want: ThinPoolTable{MetadataDev: DevNum{252, 10}, DataDev: DevNum{252, 11},
+				DataBlockSectors: 1024, LowWaterMark: 16,
+				Features: []string{"ignore_discard", "skip_block_zeroing", "error_if_no_space"}},
+		},
+		{
+			name:   "features without skip_block_zeroing",
+			params: "8:16 8:32 128 100 2 no_discard_passdown read_only",
+			want: ThinPoolTable{MetadataDev: DevNum{8, 16}, DataDev: DevNum{8, 32},
+				DataBlockSectors: 128, LowWaterMark: 100,
+				Features: []string{"no_discard_passdown", "read_only"}, ZeroesNewBlocks: true},
+		},
+		{
+			name:   "feature names match case-insensitively, as in the kernel",
+			params: "8:16 8:32 128 0 1 Skip_Block_Zeroing",
+			want: ThinPoolTable{MetadataDev: DevNum{8, 16}, DataDev: DevNum{8, 32},
+				DataBlockSectors: 128, Features: []string{"Skip_Block_Zeroing"}},
+		},
+		{
+			name:   "unknown feature of a newer kernel is kept",
+			params: "8:16 8:32 128 0 1 some_new_feature",
+			want: ThinPoolTable{MetadataDev: DevNum{8, 16}, DataDev: DevNum{8, 32},
+				DataBlockSectors: 128, Features: []string{"some_new_feature"}, ZeroesNewBlocks: true},
+		},
+		{
+			name:   "no feature count at all",
+			params: "8:16 8:32 128 0",
+			want: ThinPoolTable{MetadataDev: DevNum{8, 16}, DataDev: DevNum{8, 32},
+				DataBlockSectors: 128, ZeroesNewBlocks: true},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseThinPoolTable(tt.params)
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func TestParseThinPoolTableErrors(t *testing.T) {
+	for _, params := range []string{
+		"",
+		"253:0 253:1 128",                        // too short
+		"253:0 253:1 128 0 1",                    // feature announced, none present
+		"253:0 253:1 128 0 2 skip_block_zeroing", // more announced than present
+		"253:0 253:1 128 0 0 skip_block_zeroing", // more present than announced
+		"253:0 253:1 128 0 x skip_block_zeroing", // feature count
+		"253:0 253:1 128 0 -1",                   // negative count
+		"253:0 253:1 128 0 18446744073709551616", // count overflow
+		"253:0 253:1 big 0 0",                    // block size
+		"253:0 253:1 128 low 0",                  // low water mark
+		"253:0 253:1 -128 0 0",                   // negative block size
+		"/dev/meta 253:1 128 0 0",                // a path, which the kernel never prints
+		"253:0 253 128 0 0",                      // data device
+		"253:0 253:x 128 0 0",                    // data minor
+		"4294967296:0 253:1 128 0 0",             // major out of range
+		"Fail",                                   // a status word, not a table
+	} {
+		_, err := ParseThinPoolTable(params)
+		assert.ErrorIs(t, err, ErrInvalidStatus, "%q", params)
+	}
+}
