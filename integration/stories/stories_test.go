@@ -1,0 +1,129 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// An lvs report of lvsArgs' shape: a thick LV in two segments (listed out
+// of order), a thin one, the pool and an LV without tags.
+const lvsReport = `  {
+      "report": [
+          {
+              "lv": [
+                  {"lv_name":"lv-b", "lv_tags":"lvm-agent.pvc.u2,other", "seg_start_pe":"4", "seg_pe_ranges":"/dev/vda:100-103", "vg_extent_size":"4194304"},
+                  {"lv_name":"lv-b", "lv_tags":"lvm-agent.pvc.u2,other", "seg_start_pe":"0", "seg_pe_ranges":"/dev/vda:10-13", "vg_extent_size":"4194304"},
+                  {"lv_name":"pool0", "lv_tags":"", "seg_start_pe":"0", "seg_pe_ranges":"pool0_tdata:0-255", "vg_extent_size":"4194304"},
+                  {"lv_name":"thin-1", "lv_tags":"lvm-agent.pvc.u3", "seg_start_pe":"0", "seg_pe_ranges":"", "vg_extent_size":"4194304"},
+                  {"lv_name":"lv-a", "lv_tags":"lvm-agent.pvc.u1", "seg_start_pe":"0", "seg_pe_ranges":"/dev/vda:0-15", "vg_extent_size":"4194304"}
+              ]
+          }
+      ]
+  }
+`
+
+func TestParseLVs(t *testing.T) {
+	lvs, err := parseLVs([]byte(lvsReport))
+	require.NoError(t, err)
+	require.Len(t, lvs, 4)
+	b, ok := lvs.Named("lv-b")
+	require.True(t, ok)
+	assert.Equal(t, LV{Name: "lv-b", Tags: []string{"lvm-agent.pvc.u2", "other"}, ExtentSize: 4 << 20,
+		Extents: []Extents{{"/dev/vda", 10, 13}, {"/dev/vda", 100, 103}}}, b, "segments in the LV's order")
+	thin := lvs.Owned("u3")
+	require.Len(t, thin, 1)
+	assert.Equal(t, "thin-1", thin[0].Name)
+	assert.Empty(t, thin[0].Extents)
+	pool, _ := lvs.Named("pool0")
+	assert.Nil(t, pool.Tags)
+	assert.Empty(t, lvs.Owned("u"), "a tag's UID whole, not its prefix")
+	_, ok = lvs.Named("gone")
+	assert.False(t, ok)
+
+	for _, bad := range []string{`not json`, `{"report":[{"lv":[{"lv_name":"x","seg_start_pe":"0","vg_extent_size":"4194304","seg_pe_ranges":"/dev/vda:5"}]}]}`,
+		`{"report":[{"lv":[{"lv_name":"x","seg_start_pe":"","vg_extent_size":"4194304","seg_pe_ranges":""}]}]}`} {
+		_, err := parseLVs([]byte(bad))
+		assert.Error(t, err, bad)
+	}
+}
+
+func TestParseRanges(t *testing.T) {
+	es, err := parseRanges("/dev/vda:0-3 /dev/vdb:7-7")
+	require.NoError(t, err)
+	assert.Equal(t, []Extents{{"/dev/vda", 0, 3}, {"/dev/vdb", 7, 7}}, es)
+	es, err = parseRanges("")
+	require.NoError(t, err)
+	assert.Empty(t, es)
+	for _, bad := range []string{"/dev/vda", ":1-2", "/dev/vda:3-1", "/dev/vda:a-2", "/dev/vda:1"} {
+		_, err := parseRanges(bad)
+		assert.Error(t, err, bad)
+	}
+}
+
+func TestExtents(t *testing.T) {
+	old := []Extents{{"/dev/vda", 10, 25}}
+	for _, c := range []struct {
+		name string
+		now  []Extents
+		want int64
+	}{
+		{"the same", []Extents{{"/dev/vda", 10, 25}}, 16},
+		{"across its end", []Extents{{"/dev/vda", 20, 35}}, 6},
+		{"two segments", []Extents{{"/dev/vda", 0, 10}, {"/dev/vda", 25, 40}}, 2},
+		{"beside it", []Extents{{"/dev/vda", 26, 41}}, 0},
+		{"another PV", []Extents{{"/dev/vdb", 10, 25}}, 0},
+		{"thin", nil, 0},
+	} {
+		assert.Equal(t, c.want, overlap(old, c.now), c.name)
+		assert.Equal(t, c.want, overlap(c.now, old), c.name)
+	}
+	lv := []Extents{{"/dev/vda", 10, 13}, {"/dev/vda", 100, 111}}
+	assert.Equal(t, int64(16), count(lv))
+	assert.Equal(t, lv, skip(lv, 0))
+	assert.Equal(t, []Extents{{"/dev/vda", 12, 13}, {"/dev/vda", 100, 111}}, skip(lv, 2))
+	assert.Equal(t, []Extents{{"/dev/vda", 100, 111}}, skip(lv, 4))
+	assert.Equal(t, []Extents{{"/dev/vda", 104, 111}}, skip(lv, 8), "a 64 MiB clone's tail beyond 32 MiB")
+	assert.Empty(t, skip(lv, 16))
+}
+
+func TestCountMarkers(t *testing.T) {
+	m := []byte(marker)
+	mib := 1 << 20
+	zeros := func(n int) []byte { return make([]byte, n) }
+	for _, c := range []struct {
+		name string
+		data []byte
+		want int64
+	}{
+		{"empty", nil, 0},
+		{"zeros", zeros(3 * mib), 0},
+		{"a fill", bytes.Repeat(m, 3*mib/len(m)), int64(3 * mib / len(m))},
+		{"one across the first chunk's end", append(append(zeros(mib-5), m...), zeros(100)...), 1},
+		{"one ending the first chunk", append(zeros(mib-len(m)), m...), 1},
+		{"one starting the second chunk", append(append(zeros(mib), m...), zeros(3)...), 1},
+		{"unaligned, among other bytes", []byte("x" + marker + "LVM-AGENT-WIPE!" + marker + marker[:8]), 2},
+		{"a cut marker", append(zeros(mib-3), m[:len(m)-1]...), 0},
+	} {
+		n, size, err := countMarkers(bytes.NewReader(c.data), m)
+		require.NoError(t, err, c.name)
+		assert.Equal(t, c.want, n, c.name)
+		assert.Equal(t, int64(len(c.data)), size, c.name)
+	}
+}
+
+func TestScriptsAndCounts(t *testing.T) {
+	// What countScript's Pod prints (busybox dd's "records in").
+	out := "head: lvm-agent clone source\ndevice: 0 markers, read 64+0 blocks of 1 MiB\ntail: 12 markers, read 31+1 blocks of 1 MiB\n"
+	assert.Equal(t, map[string]podCount{"device": {0, 64}, "tail": {12, 32}}, parseCounts(out))
+	assert.Empty(t, parseCounts("device: markers, read blocks\n"))
+	assert.Len(t, marker, 16, "a MiB holds a whole number of markers")
+	assert.Contains(t, fillScript, "'"+markerLine+"'")
+	s := countScript("tail", 32)
+	assert.Contains(t, s, "skip=32 ")
+	assert.Contains(t, s, `echo "tail: $n markers`)
+	assert.False(t, strings.Contains(markerLine, "'"), "quoted in the scripts")
+}
