@@ -49,8 +49,9 @@
 #          claims created and deleted until the power cut; --phase check
 #          (the next boot on the disk): the cluster started again on its
 #          state, then the audit (scripts/guest/powercut-cluster.sh).
+#   stories  after the install, the classes and lvm-stories' stories alone (full runs them after the clones).
 #
-#   node.sh [--bin DIR] [--mode demo|full|bench|faults|peers|powercut] [--phase write|check] [--runs N] [--bench LIST]
+#   node.sh [--bin DIR] [--mode demo|full|bench|faults|peers|powercut|stories] [--phase write|check] [--runs N] [--bench LIST]
 #           [--install kustomize|helm|host-lvmd|systemd] [--vg-device DEV] [--peers ARGS] [--faults LIST]
 #       DIR: guest-files.sh's binaries, images/, deploy/ and charts/ (/opt/lvm-agent)
 #       DEV: the node's disk for vg1 (scripts/vm/node.sh and test.sh attach a
@@ -69,7 +70,7 @@ set -Eeuo pipefail # -E: the ERR trap (dump) fires in functions too
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 bin=/opt/lvm-agent mode=full runs=5 benches=create,grow,clone install=kustomize vg_device='' peers='' faults=agent,lvmd,lvmd-away,kubelet,containerd,kube-apiserver,vg-full
-usage() { sed -n '2,59s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2; }
+usage() { sed -n '2,68s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
     --bin) bin=$2; shift 2 ;;
@@ -84,7 +85,7 @@ while [ $# -gt 0 ]; do
     *) usage ;;
   esac
 done
-case $mode in demo | full | bench | faults | peers | powercut) ;; *) usage ;; esac
+case $mode in demo | full | bench | faults | peers | powercut | stories) ;; *) usage ;; esac
 case ${phase:=write} in write | check) ;; *) usage ;; esac
 case $install in kustomize | helm | host-lvmd | systemd) ;; *) usage ;; esac
 export CLUSTER_DIR=${CLUSTER_DIR:-/var/lib/lvm-agent-cluster}
@@ -528,6 +529,9 @@ show kubectl get node "$(hostname)" -o jsonpath='{.metadata.annotations.csi\.ali
   exit 0
 }
 [ "$mode" != powercut ] || { pc_write; exit 1; } # pc_write ends in the power cut
+# The guest's stories in Go (integration/stories: lvm-stories STORY...), with the classes they use.
+stories() { step_time; lvm-stories -clock $((SECONDS - t0)) wipe; }
+[ "$mode" != stories ] || { kubectl apply -f "$bin/deploy/examples/storageclass-thick.yaml"; storage_class lvm-thin-ext4 thin ext4; stories; step "stories: OK"; exit 0; }
 [ "$mode" != bench ] || {
   step "Bench: the agent at --v=2, which logs each request's lvmd calls with their times (the growth rows read them)"
   show kubectl -n lvm-agent patch daemonset lvm-agent --type json -p '[{"op":"test","path":"/spec/template/spec/containers/0/name","value":"lvm-agent"},{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--v=2"}]'
@@ -595,6 +599,7 @@ echo
 # clones, thin and thick (issue 27): deploy/overlays/clones, which the host
 # installs are not
 [ "$install" = host-lvmd ] || [ "$install" = systemd ] || . "$here/clone.sh"
+[ "$mode" != full ] || stories # after clone.sh made the thin class
 
 step "The PVCs deleted: their PVs and LVs go" \
   "reclaimPolicy: Delete: the provisioner asks the agent to remove the LV, then deletes the PV."

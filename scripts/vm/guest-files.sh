@@ -8,6 +8,7 @@
 #   lvm-agent              ./cmd/lvm-agent, the node agent's build (-tags nodeagent)
 #   guest.test             the in-guest suite, ./integration/guest (tag guest)
 #   lvm-devcluster         make demo-cli's control plane and fixtures (tag guest)
+#   lvm-stories            the guest's stories, run in the one-node cluster (./integration/stories)
 #   devmapper.test         ./lvmbackend/devmapper's guest tests (tag guest)
 #   lvmmeta.test           ./lvmbackend/lvmmeta's guest tests (tag guest)
 # and, only when named, for the one-node cluster (scripts/guest/cluster.sh):
@@ -41,7 +42,7 @@ mkdir -p "$OUT"
 stage=
 [ "${1:-}" != --stage ] || { stage=1; shift; }
 want=("$@")
-[ ${#want[@]} -gt 0 ] || want=(lvm-agent guest.test lvm-devcluster devmapper.test lvmmeta.test)
+[ ${#want[@]} -gt 0 ] || want=(lvm-agent guest.test lvm-devcluster lvm-stories devmapper.test lvmmeta.test)
 
 # Prebuilt daemons: hard links into OUT (same file system as the cache).
 kube=() containerd=() helm=
@@ -84,6 +85,7 @@ project() {
       lvm-agent) build lvm-agent build -tags nodeagent,grpcnotrace "${flags[@]}" ./cmd/lvm-agent || rc=1 ;;
       guest.test) build guest.test test -c -tags guest "${flags[@]}" ./integration/guest || rc=1 ;;
       lvm-devcluster) build lvm-devcluster build -tags guest "${flags[@]}" ./integration/guest/devcluster || rc=1 ;;
+      lvm-stories) build lvm-stories build "${flags[@]}" ./integration/stories || rc=1 ;;
       devmapper.test) build devmapper.test test -c -tags guest "${flags[@]}" ./lvmbackend/devmapper || rc=1 ;;
       lvmmeta.test) build lvmmeta.test test -c -tags guest "${flags[@]}" ./lvmbackend/lvmmeta || rc=1 ;;
       images) IMAGE_ARCHES=amd64 "$here/images.sh" "$OUT/images" >/dev/null || rc=1 ;; # the guest is amd64

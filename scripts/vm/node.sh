@@ -53,7 +53,7 @@ case " $* " in *" --install host-lvmd "* | *" --install systemd "*) host="lvmd l
 "$here/build-guest.sh" >/dev/null &
 guest=$!
 files=$("$here/guest-files.sh" --stage etcd kube-apiserver kube-controller-manager kube-scheduler \
-  kubelet kubectl kube-proxy containerd containerd-shim-runc-v2 ctr images $helm $host)
+  kubelet kubectl kube-proxy containerd containerd-shim-runc-v2 ctr images lvm-stories $helm $host)
 trap 'rm -rf "$files"' EXIT
 wait "$guest" || echo "node: the guest image was not built; run.sh tries again"
 cp -a "$root/deploy" "$files/deploy"

@@ -33,7 +33,7 @@ root=$(cd "$here/../.." && pwd)
 CACHE=${LVM_AGENT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lvm-agent}
 RUN=${LVM_AGENT_RUN:-$CACHE/run}
 . "$root/scripts/times.sh"
-names=(etcd kube-apiserver lvmd google-lvmd lvm-agent guest.test devmapper.test lvmmeta.test
+names=(etcd kube-apiserver lvmd google-lvmd lvm-agent guest.test devmapper.test lvmmeta.test lvm-stories
   kube-controller-manager kube-scheduler kubelet kubectl kube-proxy containerd containerd-shim-runc-v2 ctr images)
 log() { echo "guest: $*" >&2; }
 load() { cut -d' ' -f1-3 /proc/loadavg; }
