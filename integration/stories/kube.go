@@ -151,8 +151,8 @@ func (s *Story) Bound(ctx context.Context, claim string) Volume {
 		s.Fatalf("pv/%s of pvc/%s has no spec.local.path", pv.Name, claim)
 	}
 	v := Volume{Claim: claim, UID: string(pvc.UID), PV: pv.Name, Device: pv.Spec.Local.Path}
-	s.Show(fmt.Sprintf("kubectl get pvc %s -o jsonpath='{.spec.volumeName}' && kubectl get pv ... -o jsonpath='{.spec.local.path}'", claim),
-		v.PV+" "+v.Device)
+	s.Show(fmt.Sprintf("kubectl get pvc %s -o jsonpath='{.spec.volumeName}'", claim), v.PV)
+	s.Show(fmt.Sprintf("kubectl get pv %s -o jsonpath='{.spec.local.path}'", v.PV), v.Device)
 	lvs := s.LVs(ctx)
 	owned := lvs.Owned(v.UID)
 	if len(owned) != 1 {

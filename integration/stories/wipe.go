@@ -47,6 +47,7 @@ func wipeAgain(ctx context.Context, s *Story, class, first, second string) {
 		"The LV's extents (thick) or its blocks of the pool (thin) are free for the next volume.")
 	s.DeletePod(ctx, first)
 	s.DeletePVC(ctx, first)
+	s.ShowLVs(s.LVs(ctx))
 
 	s.Step(fmt.Sprintf("A new Block PVC %s of the same size and class: its Pod reads the whole device", second),
 		"It must find none of the markers. A thick LV's extents are compared with the deleted one's: the check",
@@ -60,8 +61,9 @@ func wipeAgain(ctx context.Context, s *Story, class, first, second string) {
 		s.Fatalf("pod/%s printed no count of markers: %q", second, out)
 	}
 	onNode, _ := s.NodeMarkers(now.Device)
+	thick := class == thickClass
 	reused := "thin: blocks of the pool, no extents of its own"
-	if len(old.LV.Extents) > 0 {
+	if thick {
 		reused = fmt.Sprintf("%d of %d extents reused (LV %s on %v, LV %s on %v)", overlap(old.LV.Extents, now.LV.Extents),
 			count(now.LV.Extents), old.LV.Name, old.LV.Extents, now.LV.Name, now.LV.Extents)
 	}
@@ -73,7 +75,7 @@ func wipeAgain(ctx context.Context, s *Story, class, first, second string) {
 			second, now.LV.Name, read.markers, first, onNode)
 	case read.mib != mib:
 		s.Fatalf("pod/%s read %d MiB of its device, want %d", second, read.mib, mib)
-	case len(old.LV.Extents) > 0 && overlap(old.LV.Extents, now.LV.Extents) == 0:
+	case thick && overlap(old.LV.Extents, now.LV.Extents) == 0:
 		s.Fatalf("LV %s (pvc/%s) is on %v, none of LV %s's %v: 0 markers proves nothing", now.LV.Name, second,
 			now.LV.Extents, old.LV.Name, old.LV.Extents)
 	}
