@@ -65,6 +65,11 @@ type Config struct {
 	// it goes on within WaitPoll of being free, however long it waited.
 	WaitPoll time.Duration
 
+	// Wiper zeroes thick LVs before their removal (wipe.go; nil: never,
+	// as when the agent cannot write block devices: without Devices it
+	// cannot tell that nothing has them open).
+	Wiper *Wiper
+
 	// openCounts reads a device's open count for a thick clone's copy
 	// (Devices; nil: no copies); deviceRoot prefixes device paths and
 	// sysRoot /sys. All are the tests' seams (regular files for devices).

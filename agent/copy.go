@@ -18,9 +18,9 @@ import (
 	"github.com/lvm-agent/lvm-agent/lvmbackend"
 )
 
-// This file is the only place where the agent writes to a block device: the
-// data of a thick clone, copied from its source LV into the clone's new LV
-// (lvmd cannot snapshot a thick LV). It copies only a source nobody has
+// This file and wipe.go are the only places where the agent writes to a
+// block device: here the data of a thick clone, copied from its source LV
+// into the clone's new LV (lvmd cannot snapshot a thick LV). It copies only a source nobody has
 // open, holds it exclusively while it copies, and verifies what it wrote
 // before the clone may be answered.
 
@@ -273,6 +273,15 @@ func (a *Agent) fill(ctx context.Context, pvc *corev1.PersistentVolumeClaim, src
 		return outcome{reason: ReasonSourceInUse, err: fmt.Errorf("the clone waits for its source to be free (no Pod using it): %w", err)}
 	case err != nil:
 		return retry(fmt.Errorf("copy of LV %s into %s: %w; it is copied again from the start", src.Name, dst.Name, err))
+	}
+	// The clone's part beyond its source's size is zeroed: its extents
+	// may have held anything (freed before the agent zeroed what it
+	// removes, or by a class with wipe: none, or by hand).
+	if dst.SizeBytes > size && a.cfg.Wiper != nil {
+		err := a.cfg.Wiper.zero(cctx, filepath.Join(a.cfg.deviceRoot, dstPath), dst.DeviceClass+"/"+dst.Name, size, dst.SizeBytes, a.metrics)
+		if err != nil {
+			return retry(fmt.Errorf("zero the %d bytes of clone %s beyond its source's size: %w; it is copied again from the start", dst.SizeBytes-size, dst.Name, err))
+		}
 	}
 	a.recorder.Eventf(pvc, corev1.EventTypeNormal, "CloneCopied", "copied and verified the %d bytes of LV %s", size, src.Name)
 	// make bench-node's clone row reads this line (the copy's rate beside dd's).

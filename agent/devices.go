@@ -136,3 +136,42 @@ func (d *Devices) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 }
+
+// poolZeroes reports whether the thin pool of thin LV lv zeroes the
+// chunks it gives out: the LV's table is "thin <pool major:minor> <id>",
+// and the pool device's thin-pool table says skip_block_zeroing when it
+// does not (devmapper.ParseThinPoolTable). An error when either table
+// cannot be read.
+func (d *Devices) poolZeroes(ctx context.Context, lv *lvmbackend.Volume) (bool, error) {
+	name := d.name(ctx, lv)
+	if name == "" {
+		return false, fmt.Errorf("thin LV %s has no device-mapper device (%d:%d)", lv.Name, lv.DevMajor, lv.DevMinor)
+	}
+	t, err := d.dm.Table(ctx, name)
+	if err != nil {
+		return false, fmt.Errorf("read the table of thin LV %s: %w", lv.Name, err)
+	}
+	var major, minor uint32
+	if len(t.Targets) != 1 || t.Targets[0].Type != "thin" {
+		return false, fmt.Errorf("thin LV %s: device %s has no single thin target", lv.Name, name)
+	}
+	if _, err := fmt.Sscanf(t.Targets[0].Params, "%d:%d", &major, &minor); err != nil {
+		return false, fmt.Errorf("thin LV %s: its table %q names no pool device: %w", lv.Name, t.Targets[0].Params, err)
+	}
+	pool, err := d.dm.InfoByDevice(ctx, major, minor)
+	if err != nil {
+		return false, fmt.Errorf("thin LV %s: its pool device %d:%d: %w", lv.Name, major, minor, err)
+	}
+	pt, err := d.dm.Table(ctx, pool.Name)
+	if err != nil {
+		return false, fmt.Errorf("read the table of thin pool %s: %w", pool.Name, err)
+	}
+	if len(pt.Targets) != 1 || pt.Targets[0].Type != "thin-pool" {
+		return false, fmt.Errorf("thin LV %s: device %s is not a thin pool", lv.Name, pool.Name)
+	}
+	p, err := devmapper.ParseThinPoolTable(pt.Targets[0].Params)
+	if err != nil {
+		return false, fmt.Errorf("thin pool %s: %w", pool.Name, err)
+	}
+	return p.ZeroesNewBlocks, nil
+}

@@ -26,6 +26,10 @@ type Metrics struct {
 	answer      *prometheus.HistogramVec
 	// Bytes of thick clones copied (verified or not).
 	copied prometheus.Counter
+	// The wipe (wipe.go): bytes still to be zeroed by the wipes in
+	// progress, and bytes zeroed.
+	wipeWaiting prometheus.Gauge
+	wiped       prometheus.Counter
 	// reg registers the collectors of the Backend's wrappers (nil: none).
 	reg prometheus.Registerer
 }
@@ -58,11 +62,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 1.25, 56)}, []string{"resource"}),
 		copied: prometheus.NewCounter(prometheus.CounterOpts{Name: "lvm_agent_clone_copied_bytes_total",
 			Help: "Bytes the agent copied into thick clones (a copy started again counts again)."}),
+		wipeWaiting: prometheus.NewGauge(prometheus.GaugeOpts{Name: "lvm_agent_wipe_waiting_bytes",
+			Help: "Bytes of deleted thick volumes (and of thick clones' tails) still to be zeroed by the wipes in progress; their LVs are not removed, nor their space free, until they are zero."}),
+		wiped: prometheus.NewCounter(prometheus.CounterOpts{Name: "lvm_agent_wiped_bytes_total",
+			Help: "Bytes the agent zeroed (a wipe started again counts again)."}),
 		reg: reg,
 	}
 	if reg != nil {
 		reg.MustRegister(m.ops, m.duration, m.writes, m.retries, m.synced, m.queue, m.queueAdds, m.queueLat, m.queueWork,
-			m.unfinished, m.longest, m.misdirected, m.answer, m.copied)
+			m.unfinished, m.longest, m.misdirected, m.answer, m.copied, m.wipeWaiting, m.wiped)
 	}
 	return m
 }

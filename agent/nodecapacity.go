@@ -21,12 +21,20 @@ import (
 // device class under every volume group name that a spec could use to reach
 // it (classes maps volume groups to device classes; a class is also
 // reachable by its own name unless that name is mapped elsewhere).
-func capacityEntries(caps []lvmbackend.Capacity, classes map[string]string, copies, grows bool) []kube.StorageCapacity {
+//
+// wipes: the agent zeroes thick LVs before their removal and refuses thin
+// volumes in a pool that does not zero (both need the node's block devices
+// and device-mapper), published as "wipe":"zero" on every class.
+func capacityEntries(caps []lvmbackend.Capacity, classes map[string]string, copies, grows, wipes bool) []kube.StorageCapacity {
 	var entries []kube.StorageCapacity
+	wipe := ""
+	if wipes {
+		wipe = kube.WipeZero
+	}
 	for _, c := range caps {
 		for _, vg := range volumeGroupsOf(c.DeviceClass, classes) {
 			entries = append(entries, kube.StorageCapacity{Type: "lvm", Name: vg, Capacity: c.SizeBytes, Free: c.FreeBytes, DeviceClass: c.DeviceClass,
-				Clone: cloneKind(c, copies), Grow: grows})
+				Clone: cloneKind(c, copies), Grow: grows, Wipe: wipe})
 		}
 	}
 	return entries
@@ -84,6 +92,9 @@ type NodeCapacity struct {
 	// Grows: the agent's lvmd grows LVs (topolvm's ResizeLV); published
 	// per class as "grow":true.
 	Grows bool
+	// Wipes: new volumes of every class read zeros (capacityEntries);
+	// published per class as "wipe":"zero".
+	Wipes bool
 
 	// Debounce is how long reports are gathered before one write.
 	Debounce time.Duration
@@ -164,7 +175,7 @@ func (n *NodeCapacity) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case caps := <-n.updates:
-			s.entries, s.reported, s.away, away = capacityEntries(caps, n.classes, n.Copies, n.Grows), true, false, nil
+			s.entries, s.reported, s.away, away = capacityEntries(caps, n.classes, n.Copies, n.Grows, n.Wipes), true, false, nil
 			if timer == nil { // a pending retry keeps its backoff
 				timer = time.After(n.Debounce)
 			}
@@ -283,7 +294,7 @@ func worthWriting(known, desired string, minChange float64) bool {
 	for i := range k {
 		a, b := k[i], d[i]
 		if a.Type != b.Type || a.Name != b.Name || a.DeviceClass != b.DeviceClass || a.Capacity != b.Capacity ||
-			a.Clone != b.Clone || a.Grow != b.Grow || a.LvmdUnreachable != b.LvmdUnreachable || (a.Free == 0) != (b.Free == 0) {
+			a.Clone != b.Clone || a.Grow != b.Grow || a.Wipe != b.Wipe || a.LvmdUnreachable != b.LvmdUnreachable || (a.Free == 0) != (b.Free == 0) {
 			return true
 		}
 		moved := float64(max(a.Free, b.Free) - min(a.Free, b.Free))

@@ -183,6 +183,9 @@ func (a *Agent) create(ctx context.Context, pvc *corev1.PersistentVolumeClaim, s
 		if out, cut := a.unfinished(ctx, pvc, lv, copies); cut {
 			return out
 		}
+		if out, ok := a.zeroingPool(ctx, pvc, lv); !ok {
+			return out
+		}
 		return done(lv)
 	}
 	for i := range lvs {
@@ -235,6 +238,9 @@ func (a *Agent) create(ctx context.Context, pvc *corev1.PersistentVolumeClaim, s
 	}
 	st.done("lvmdCreate")
 	if createErr == nil {
+		if out, ok := a.zeroingPool(ctx, pvc, vol); !ok {
+			return out
+		}
 		return a.made(ctx, pvc, vol, t, done, copies)
 	}
 	if errors.Is(createErr, lvmbackend.ErrUnavailable) {
@@ -400,6 +406,9 @@ func (a *Agent) remove(ctx context.Context, pv *corev1.PersistentVolume, t targe
 		return out
 	}
 	st.done("claimCheck")
+	if out, ok := a.wipeBeforeRemove(ctx, pv, lv, t); !ok {
+		return out
+	}
 	dmName := a.cfg.Devices.name(ctx, lv)
 	err = a.backend.RemoveVolume(ctx, t.deviceClass, t.name)
 	st.done("lvmdRemove")
@@ -659,4 +668,32 @@ func (a *Agent) unfinished(ctx context.Context, pvc *corev1.PersistentVolumeClai
 	}
 	klog.InfoS("LV found made removed, to be made again", "lv", lv.DeviceClass+"/"+lv.Name, "why", what)
 	return changed(), true // the error is on the claim; the next attempt makes the LV
+}
+
+// zeroingPool checks that a thin LV just made or found made, not yet
+// answered, is in a pool that zeroes new chunks: in one that does not
+// (lvcreate -Z n, or lvchange -Z n since), a new volume reads whatever
+// a deleted one left in the chunks it is given. Such an LV is removed
+// (no answer named it, so it holds nothing) and the claim fails with
+// PoolNotZeroing, unless it carries kube.NoWipeTag (its class said
+// wipe: none). A claim answered before keeps its LV: it may hold data.
+// Without device-mapper the pool cannot be read, and the Node says so
+// (no "wipe"), so no class that asks for zeros is sent here.
+func (a *Agent) zeroingPool(ctx context.Context, pvc *corev1.PersistentVolumeClaim, lv *lvmbackend.Volume) (outcome, bool) {
+	if !lv.Thin() || lv.HasTag(kube.NoWipeTag) || a.cfg.Devices == nil || pvc.Annotations[kube.AnnDevice] != "" {
+		return outcome{}, true
+	}
+	zeroes, err := a.cfg.Devices.poolZeroes(ctx, lv)
+	if err != nil {
+		return retry(err), false
+	}
+	if zeroes {
+		return outcome{}, true
+	}
+	what := fmt.Errorf("the thin pool of LV %s/%s does not zero new chunks (lvchange -Z y turns it on), so a new volume could read a deleted one's bytes; the class's wipe: none accepts that", lv.DeviceClass, lv.Name)
+	if err := a.backend.RemoveVolume(ctx, lv.DeviceClass, lv.Name); err != nil && !errors.Is(err, lvmbackend.ErrNotFound) {
+		return retry(fmt.Errorf("%w; removing the LV made: %v", what, err)), false
+	}
+	klog.InfoS("Thin LV refused: its pool does not zero new chunks; LV removed", "request", klog.KObj(pvc), "lv", lv.DeviceClass+"/"+lv.Name)
+	return fail(kube.ReasonPoolNotZeroing, what), false
 }

@@ -34,10 +34,20 @@ type StorageCapacity struct {
 	// a provisioner never sends one (an agent of the original design would
 	// never answer it, google/lvmd has no resize).
 	Grow bool `json:"grow,omitempty"`
+	// Wipe is WipeZero when every volume the agent answers created in Name
+	// reads zeros where its own tenant has not written (thick: the agent
+	// zeroes an LV before its removal; thin: the pool zeroes new chunks),
+	// absent otherwise: a provisioner makes a volume of a class that asks
+	// for zeros (wipe: zero, the default) only where the agent says so.
+	Wipe string `json:"wipe,omitempty"`
 	// LvmdUnreachable: the agent has not reached lvmd for a while; Free is
 	// then 0, as nothing can be made here until lvmd is back.
 	LvmdUnreachable bool `json:"lvmdUnreachable,omitempty"`
 }
+
+// WipeZero is StorageCapacity.Wipe's value, and the StorageClass parameter
+// wipe's default.
+const WipeZero = "zero"
 
 // EncodeStorageTopology renders entries as the annotation's value, sorted
 // by name and device class, so that equal reports give equal strings and an

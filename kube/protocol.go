@@ -75,6 +75,11 @@ const (
 	// in a thick device class or of a thick LV, on google/lvmd, or a copy
 	// by an agent that cannot read device-mapper).
 	ReasonCloneNotSupported = "CloneNotSupported"
+	// ReasonPoolNotZeroing: a thin volume asked for in a thin pool that
+	// does not zero new chunks (its table says skip_block_zeroing), so a
+	// new volume could read a deleted one's bytes; refused unless the
+	// spec's tags carry NoWipeTag (the class's wipe: none).
+	ReasonPoolNotZeroing = "PoolNotZeroing"
 )
 
 // PVRequest reports whether state is an open request on a PV: a delete or a grow.
@@ -83,6 +88,11 @@ func PVRequest(state string) bool { return state == StateDeleting || state == St
 // RetainedTag is the LVM tag the provisioner puts on the LVs of StorageClasses
 // with reclaimPolicy Retain: the orphan collector never removes such an LV.
 const RetainedTag = "lvm-agent.retained"
+
+// NoWipeTag is the LVM tag the provisioner puts on the LVs of StorageClasses
+// with wipe: none: the agent removes such a thick LV without zeroing it
+// first (every other thick LV is zeroed before its removal).
+const NoWipeTag = "lvm-agent.nowipe"
 
 // DefaultDriver is the CSI driver whose PVs the agent serves by default.
 const DefaultDriver = "localplugin.csi.alibabacloud.com"

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -60,6 +61,7 @@ type options struct {
 	dmControl                            string
 	capacityAnnotation                   string
 	capacityMinChange                    float64
+	wipeRate                             string
 	gc                                   gcOptions
 	meta                                 metadataOptions
 }
@@ -97,6 +99,7 @@ func agentMain(args []string) int {
 	fs.StringVar(&o.dmControl, "device-mapper-control", "/dev/mapper/control", "device-mapper control node, to confirm LV devices and report thin-pool usage (empty: off; unreadable: noted once, then off)")
 	fs.StringVar(&o.capacityAnnotation, "node-capacity-annotation", kube.DefaultCapacityAnnotation, "Node annotation kept up to date with each device class's size and free bytes (empty: off)")
 	fs.Float64Var(&o.capacityMinChange, "node-capacity-min-change", agent.DefaultCapacityMinChange, "smallest change of a device class's free bytes written to the Node capacity annotation, as a fraction of the free bytes it shows (0: every change)")
+	fs.StringVar(&o.wipeRate, "wipe-rate", "128Mi", "bytes per second, over all wipes at once, at which the agent zeroes a thick LV before it removes it, so that the node's running volumes keep their throughput (a quantity: 128Mi, 1Gi; 0: no bound). Wiping needs the node's block devices and device-mapper (privileged, the host's /dev); without them nothing is zeroed and the Node publishes no \"wipe\"")
 	o.gc.addFlags(fs)
 	o.meta.addFlags(fs)
 	logs.addFlags(fs)
@@ -163,12 +166,22 @@ func run(o options) error {
 	if o.dmControl != "" {
 		devices = agent.OpenDevices(o.dmControl, reg)
 	}
+	wipeRate, err := resource.ParseQuantity(o.wipeRate)
+	if err != nil || wipeRate.Sign() < 0 {
+		return fmt.Errorf("--wipe-rate %q: not a quantity of bytes per second of 0 or more", o.wipeRate)
+	}
+	var wiper *agent.Wiper
+	if devices != nil {
+		wiper = agent.NewWiper(wipeRate.Value())
+	} else {
+		klog.InfoS("No device-mapper: deleted thick volumes are removed without being zeroed, and the Node says no class reads zeros (\"wipe\"), so classes with wipe: zero are not served here")
+	}
 	node := withHostname(ctx, client, kube.Node{Name: o.nodeName, Drivers: splitList(o.drivers), Provisioners: splitList(o.provisioners)})
 	inf := kube.NewInformers(client, o.nodeName, mode, kube.WithOwner(node), kube.WithMetrics(clientMetrics))
 	a, err := agent.New(agent.Config{
 		Node:          node,
 		DeviceClasses: classes, StripedOptionClass: o.stripeClass, AllowUntagged: o.allowUntagged,
-		Workers: o.workers, LVMDCalls: o.lvmdCalls, OpTimeout: o.opTimeout, Devices: devices,
+		Workers: o.workers, LVMDCalls: o.lvmdCalls, OpTimeout: o.opTimeout, Devices: devices, Wiper: wiper,
 		ShareReads: o.backend == "topolvm", ReadMaxAge: o.readMaxAge,
 	}, client, backend, recorder, inf, metrics)
 	if err != nil {
@@ -205,6 +218,7 @@ func run(o options) error {
 		nodeCapacity := agent.NewNodeCapacity(client, o.nodeName, o.capacityAnnotation, classes, metrics)
 		nodeCapacity.Copies = devices != nil
 		nodeCapacity.Grows = o.backend == "topolvm"
+		nodeCapacity.Wipes = wiper != nil
 		nodeCapacity.MinChange = o.capacityMinChange
 		capacity.OnChange, capacity.OnLost = nodeCapacity.Update, nodeCapacity.Lost
 		go nodeCapacity.Run(ctx)
