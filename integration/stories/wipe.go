@@ -23,7 +23,10 @@ const (
 	thinClass  = "lvm-thin-ext4"
 )
 
-func wipeThick(ctx context.Context, s *Story) { wipeAgain(ctx, s, thickClass, "wipe-a", "wipe-b") }
+func wipeThick(ctx context.Context, s *Story) {
+	wipeAgain(ctx, s, thickClass, "wipe-a", "wipe-b")
+}
+
 func wipeThin(ctx context.Context, s *Story) {
 	wipeAgain(ctx, s, thinClass, "wipe-thin-a", "wipe-thin-b")
 }
