@@ -92,8 +92,9 @@ func (c *Capacity) Run(ctx context.Context) {
 // Desired computes the CSIStorageCapacity objects for nodes and classes:
 // one per Node with a hostname label and a capacity entry for the volume
 // group of a StorageClass of this provisioner, holding that entry's free
-// bytes. A Node without the entry gets no object, which the scheduler
-// reads as no capacity.
+// bytes. A Node without the entry, or whose entry does not serve the class
+// (Params.Serves), gets no object, which the scheduler reads as no
+// capacity.
 func Desired(provisioner, namespace, annotation string, nodes []*corev1.Node, classes []*storagev1.StorageClass) map[string]*storagev1.CSIStorageCapacity {
 	out := map[string]*storagev1.CSIStorageCapacity{}
 	for _, n := range nodes {
@@ -107,9 +108,9 @@ func Desired(provisioner, namespace, annotation string, nodes []*corev1.Node, cl
 			klog.ErrorS(err, "Node capacity annotation is not readable; the node gets no capacity", "node", n.Name, "annotation", annotation)
 			continue
 		}
-		free := map[string]int64{}
+		byVG := map[string]kube.StorageCapacity{}
 		for _, e := range entries {
-			free[e.Name] = int64(e.Free)
+			byVG[e.Name] = e
 		}
 		for _, sc := range classes {
 			if sc.Provisioner != provisioner {
@@ -119,10 +120,11 @@ func Desired(provisioner, namespace, annotation string, nodes []*corev1.Node, cl
 			if err != nil {
 				continue // its claims fail with the reason; nothing to publish
 			}
-			bytes, ok := free[params.VolumeGroup]
-			if !ok {
+			e, ok := byVG[params.VolumeGroup]
+			if !ok || params.Serves(e) != nil {
 				continue
 			}
+			bytes := int64(e.Free)
 			name := capacityName(n.Name, sc.Name)
 			out[name] = &storagev1.CSIStorageCapacity{
 				ObjectMeta:       metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: map[string]string{LabelProvisioner: provisioner}},

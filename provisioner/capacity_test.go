@@ -23,18 +23,25 @@ func TestDesiredCapacity(t *testing.T) {
 		}
 		return n
 	}
-	sc := func(name, provisioner, vg string) *storagev1.StorageClass {
-		return &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Provisioner: provisioner, Parameters: map[string]string{"volumeGroup": vg}}
+	sc := func(name, provisioner, vg string, params ...string) *storagev1.StorageClass {
+		p := map[string]string{"volumeGroup": vg}
+		for i := 0; i+1 < len(params); i += 2 {
+			p[params[i]] = params[i+1]
+		}
+		return &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Provisioner: provisioner, Parameters: p}
 	}
 	nodes := []*corev1.Node{
-		node("small", "small", `[{"type":"lvm","name":"vg0","capacity":1073741824,"free":536870912,"deviceClass":"vg0"}]`),
-		node("big", "big-host", `[{"type":"lvm","name":"vg0","capacity":107374182400,"free":107374182400,"deviceClass":"vg0"},{"type":"lvm","name":"thin","capacity":10,"free":50,"deviceClass":"thin"}]`),
+		node("small", "small", `[{"type":"lvm","name":"vg0","capacity":1073741824,"free":536870912,"deviceClass":"vg0","wipe":"zero"}]`),
+		node("big", "big-host", `[{"type":"lvm","name":"vg0","capacity":107374182400,"free":107374182400,"deviceClass":"vg0","wipe":"zero"},{"type":"lvm","name":"thin","capacity":10,"free":50,"deviceClass":"thin","wipe":"zero"}]`),
+		// An agent that cannot zero (unprivileged): only classes with wipe: none.
+		node("no-wipe", "no-wipe", `[{"type":"lvm","name":"vg0","capacity":1073741824,"free":1024,"deviceClass":"vg0"}]`),
 		node("no-agent", "no-agent", ""),
 		node("garbled", "garbled", `not json`),
 		node("no-hostname", "", `[{"type":"lvm","name":"vg0","capacity":1,"free":1}]`),
 		node("original", "original", `[{"type":"lvm","name":"vg0","capacity":3000}]`),
 	}
 	classes := []*storagev1.StorageClass{sc("thick", kube.DefaultProvisioner, "vg0"), sc("thin", kube.DefaultProvisioner, "thin"),
+		sc("thick-nowipe", kube.DefaultProvisioner, "vg0", "wipe", "none"),
 		sc("other", "ebs.csi.aws.com", "vg0"), {ObjectMeta: metav1.ObjectMeta{Name: "broken"}, Provisioner: kube.DefaultProvisioner}}
 	got := Desired(kube.DefaultProvisioner, "lvm-agent", kube.DefaultCapacityAnnotation, nodes, classes)
 	type row struct {
@@ -49,7 +56,8 @@ func TestDesiredCapacity(t *testing.T) {
 		rows = append(rows, row{c.StorageClassName, c.NodeTopology.MatchLabels[HostnameLabel], c.Capacity.Value()})
 	}
 	assert.ElementsMatch(t, []row{{"thick", "small", 536870912}, {"thick", "big-host", 107374182400}, {"thin", "big-host", 50},
-		{"thick", "original", 3000}}, rows)
+		{"thick-nowipe", "small", 536870912}, {"thick-nowipe", "big-host", 107374182400},
+		{"thick-nowipe", "no-wipe", 1024}, {"thick-nowipe", "original", 3000}}, rows)
 }
 
 func nodeOf(t *testing.T, nodes []*corev1.Node, hostname string) string {

@@ -171,7 +171,7 @@ func TestProvisionClone(t *testing.T) {
 	assert.NotContains(t, requested(), kube.AnnLifecycle, "no request written")
 
 	_, err = kube.UpdateNodeWithAnnotations(context.Background(), clientset.Wrap(client), "node-a", "", kube.Set(map[string]string{kube.DefaultCapacityAnnotation: kube.EncodeStorageTopology(
-		[]kube.StorageCapacity{{Type: "lvm", Name: "vg0", DeviceClass: "vg0", Capacity: 1 << 40, Free: 1 << 40, Clone: kube.CloneSnapshot}})}))
+		[]kube.StorageCapacity{{Type: "lvm", Name: "vg0", DeviceClass: "vg0", Capacity: 1 << 40, Free: 1 << 40, Clone: kube.CloneSnapshot, Wipe: kube.WipeZero}})}))
 	require.NoError(t, err)
 	_, err = kube.UpdatePvcWithAnnotations(context.Background(), clientset.Wrap(client), "ns", "data", "", kube.Set(map[string]string{kube.AnnSelectedNode: "node-a"}), nil)
 	require.NoError(t, err)
@@ -205,7 +205,7 @@ func TestProvisionCloneLargerThanItsSource(t *testing.T) {
 				clone.Annotations = map[string]string{kube.AnnSelectedNode: "node-a"}
 			})
 			_, err := kube.UpdateNodeWithAnnotations(context.Background(), clientset.Wrap(client), "node-a", "", kube.Set(map[string]string{kube.DefaultCapacityAnnotation: kube.EncodeStorageTopology(
-				[]kube.StorageCapacity{{Type: "lvm", Name: "vg0", DeviceClass: "vg0", Capacity: 1 << 40, Free: 1 << 40, Clone: kube.CloneSnapshot}})}))
+				[]kube.StorageCapacity{{Type: "lvm", Name: "vg0", DeviceClass: "vg0", Capacity: 1 << 40, Free: 1 << 40, Clone: kube.CloneSnapshot, Wipe: kube.WipeZero}})}))
 			require.NoError(t, err)
 			client.PrependWatchReactor("*", func(a clienttesting.Action) (bool, watch.Interface, error) {
 				wi, err := client.Tracker().Watch(a.GetResource(), a.GetNamespace())

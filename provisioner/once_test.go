@@ -63,7 +63,7 @@ func creatingWrites(client *fake.Clientset) *atomic.Int32 {
 // ProvisioningSucceeded event); the claim is asked once, its PV created once.
 func TestLibraryProvisionsOnceThoughCalledAgain(t *testing.T) {
 	wffc := storagev1.VolumeBindingWaitForFirstConsumer
-	sc := class(wffc, corev1.PersistentVolumeReclaimDelete, map[string]string{"volumeGroup": "vg0"})
+	sc := class(wffc, corev1.PersistentVolumeReclaimDelete, map[string]string{"volumeGroup": "vg0", "wipe": "none"}) // the Node has no capacity annotation
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a", Labels: map[string]string{HostnameLabel: "host-a"}}}
 	fsMode := corev1.PersistentVolumeFilesystem
 	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "data", UID: "uid-1", ResourceVersion: "1",

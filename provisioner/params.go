@@ -1,10 +1,13 @@
 package provisioner
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/lvm-agent/lvm-agent/kube"
 )
 
 // StorageClass parameters.
@@ -16,6 +19,22 @@ const (
 	// ParamOnNodeLoss says what becomes of a claim whose node is lost for
 	// good (nodeloss.go): OnNodeLossRecreate or OnNodeLossKeep.
 	ParamOnNodeLoss = "onNodeLoss"
+	// ParamWipe says whether a new volume of the class must read zeros
+	// where its own tenant has not written: WipeZero (the default) or
+	// WipeNone.
+	ParamWipe = "wipe"
+)
+
+// Values of ParamWipe.
+const (
+	// WipeZero: the class's volumes are made only on nodes whose agent
+	// says it zeroes them (its capacity entry's "wipe": a thick LV zeroed
+	// before its removal, a thin pool that zeroes new chunks).
+	WipeZero = kube.WipeZero
+	// WipeNone: no zeroing asked (a single-tenant node, or a volume whose
+	// data is encrypted): the LVs carry kube.NoWipeTag, so that the agent
+	// removes them at once and takes a thin pool that does not zero.
+	WipeNone = "none"
 )
 
 // Values of ParamOnNodeLoss.
@@ -40,13 +59,14 @@ type Params struct {
 	Tags        []string
 	Striping    bool
 	OnNodeLoss  string
+	Wipe        string
 }
 
 // ParseParams checks a StorageClass's parameters. An unknown parameter is an
 // error rather than ignored: a misspelt "stripping" must not silently give
 // a linear volume.
 func ParseParams(in map[string]string) (Params, error) {
-	p := Params{FSType: DefaultFSType, OnNodeLoss: OnNodeLossRecreate}
+	p := Params{FSType: DefaultFSType, OnNodeLoss: OnNodeLossRecreate, Wipe: WipeZero}
 	var unknown []string
 	for k, v := range in {
 		switch k {
@@ -73,18 +93,50 @@ func ParseParams(in map[string]string) (Params, error) {
 				return p, fmt.Errorf("StorageClass parameter %s=%q is neither %q nor %q", ParamOnNodeLoss, v, OnNodeLossRecreate, OnNodeLossKeep)
 			}
 			p.OnNodeLoss = v
+		case ParamWipe:
+			if v != WipeZero && v != WipeNone {
+				return p, fmt.Errorf("StorageClass parameter %s=%q is neither %q nor %q", ParamWipe, v, WipeZero, WipeNone)
+			}
+			p.Wipe = v
 		default:
 			unknown = append(unknown, k)
 		}
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		return p, fmt.Errorf("unknown StorageClass parameter(s) %s (known: %s, %s, %s, %s, %s)",
-			strings.Join(unknown, ", "), ParamVolumeGroup, ParamFSType, ParamTags, ParamStriping, ParamOnNodeLoss)
+		return p, fmt.Errorf("unknown StorageClass parameter(s) %s (known: %s, %s, %s, %s, %s, %s)",
+			strings.Join(unknown, ", "), ParamVolumeGroup, ParamFSType, ParamTags, ParamStriping, ParamOnNodeLoss, ParamWipe)
 	}
 	if p.VolumeGroup == "" {
 		return p, fmt.Errorf("StorageClass parameter %s is required", ParamVolumeGroup)
 	}
 	sort.Strings(p.Tags)
 	return p, nil
+}
+
+// ErrNoWipe: the class asks for zeroed volumes (wipe: zero) and the
+// node's agent does not say it zeroes them in the class's volume group.
+var ErrNoWipe = errors.New("the class asks for volumes that read zeros (wipe: zero, the default), and the node's agent does not say it makes them")
+
+// Serves tells whether a node whose agent says e of the class's volume
+// group may hold the class's volumes: one that asks for zeros only where
+// the agent says it zeroes them. An agent of the original design, an older
+// lvm-agent, and one that cannot write the node's block devices
+// (unprivileged, or a systemd unit without DeviceAllow) say nothing of it.
+// The CSIStorageCapacity objects follow the same rule, so the scheduler
+// does not pick such a node.
+func (p Params) Serves(e kube.StorageCapacity) error {
+	if p.Wipe == WipeZero && e.Wipe != kube.WipeZero {
+		return fmt.Errorf("%w (no \"wipe\":\"zero\" in its entry for volume group %s): run its agent with the node's block devices (deploy/base does), or set %s: %s on the class to accept another volume's bytes", ErrNoWipe, p.VolumeGroup, ParamWipe, WipeNone)
+	}
+	return nil
+}
+
+// Tags are the LVM tags of the class's volumes: its own, and
+// kube.NoWipeTag for wipe: none.
+func (p Params) LVTags() []string {
+	if p.Wipe != WipeNone {
+		return p.Tags
+	}
+	return append(append([]string(nil), p.Tags...), kube.NoWipeTag)
 }

@@ -189,7 +189,7 @@ func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOp
 	if class.ReclaimPolicy != nil {
 		reclaim = *class.ReclaimPolicy
 	}
-	spec := kube.CreateSpec{VolumeGroup: params.VolumeGroup, Name: opts.PVName, Size: size.Value(), Tags: params.Tags, Striping: params.Striping}
+	spec := kube.CreateSpec{VolumeGroup: params.VolumeGroup, Name: opts.PVName, Size: size.Value(), Tags: params.LVTags(), Striping: params.Striping}
 	if reclaim == corev1.PersistentVolumeReclaimRetain {
 		// The orphan collector never removes an LV that Kubernetes promised to keep.
 		spec.Tags = append(append([]string(nil), spec.Tags...), kube.RetainedTag)
@@ -214,6 +214,12 @@ func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOp
 		if spec.Source, srcSize, state, err = p.cloneFrom(ctx, opts, node, params.VolumeGroup); err != nil {
 			return nil, state, err
 		}
+	}
+	if err := params.Serves(capacityEntry(node, p.cfg.CapacityAnnotation, params.VolumeGroup)); err != nil {
+		// Another node may (not a clone's: its source's node only); the
+		// scheduler picks again: CSIStorageCapacity gives this node none
+		// for the class.
+		return nil, controller.ProvisioningReschedule, fmt.Errorf("StorageClass %s on node %s: %w", class.Name, node.Name, err)
 	}
 
 	wctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)

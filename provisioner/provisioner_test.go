@@ -30,9 +30,10 @@ func TestParseParams(t *testing.T) {
 		want Params
 		err  string
 	}{
-		{"defaults", map[string]string{"volumeGroup": "vg0"}, Params{VolumeGroup: "vg0", FSType: "ext4", OnNodeLoss: "recreate"}, ""},
-		{"all", map[string]string{"volumeGroup": "vg0", "fsType": "xfs", "tags": "b, a", "striping": "true", "onNodeLoss": "keep"},
-			Params{VolumeGroup: "vg0", FSType: "xfs", Tags: []string{"a", "b"}, Striping: true, OnNodeLoss: "keep"}, ""},
+		{"defaults", map[string]string{"volumeGroup": "vg0"}, Params{VolumeGroup: "vg0", FSType: "ext4", OnNodeLoss: "recreate", Wipe: "zero"}, ""},
+		{"all", map[string]string{"volumeGroup": "vg0", "fsType": "xfs", "tags": "b, a", "striping": "true", "onNodeLoss": "keep", "wipe": "none"},
+			Params{VolumeGroup: "vg0", FSType: "xfs", Tags: []string{"a", "b"}, Striping: true, OnNodeLoss: "keep", Wipe: "none"}, ""},
+		{"bad wipe", map[string]string{"volumeGroup": "vg0", "wipe": "zeros"}, Params{}, `wipe="zeros" is neither "zero" nor "none"`},
 		{"bad onNodeLoss", map[string]string{"volumeGroup": "vg0", "onNodeLoss": "Keep"}, Params{}, `onNodeLoss="Keep" is neither "recreate" nor "keep"`},
 		{"no vg", map[string]string{"fsType": "xfs"}, Params{}, "volumeGroup is required"},
 		{"unknown", map[string]string{"volumeGroup": "vg0", "stripping": "true"}, Params{}, "unknown StorageClass parameter(s) stripping"},
@@ -62,7 +63,9 @@ type world struct {
 
 func newWorld(t *testing.T, mode corev1.PersistentVolumeMode, answer map[string]string) *world {
 	t.Helper()
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a", Labels: map[string]string{HostnameLabel: "host-a"}}}
+	// Its agent zeroes volumes: every class may be made there.
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a", Labels: map[string]string{HostnameLabel: "host-a"},
+		Annotations: map[string]string{kube.DefaultCapacityAnnotation: kube.EncodeStorageTopology([]kube.StorageCapacity{{Type: "lvm", Name: "vg0", DeviceClass: "vg0", Capacity: 1 << 40, Free: 1 << 40, Wipe: kube.WipeZero}})}}}
 	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "data", UID: "uid-1", ResourceVersion: "1",
 		Annotations: map[string]string{kube.AnnSelectedNode: "node-a"}},
 		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, VolumeMode: &mode,
@@ -175,7 +178,7 @@ func TestProvisionRefusals(t *testing.T) {
 		{"insufficient capacity", class(wffc, corev1.PersistentVolumeReclaimDelete, map[string]string{"volumeGroup": "vg0"}),
 			map[string]string{kube.AnnLifecycle: kube.StateFailed, kube.AnnReason: kube.ReasonInsufficientCapacity, kube.AnnError: "VG full"},
 			controller.ProvisioningReschedule, "VG full", true},
-		{"other failure", class(wffc, corev1.PersistentVolumeReclaimDelete, map[string]string{"volumeGroup": "vg9"}),
+		{"other failure", class(wffc, corev1.PersistentVolumeReclaimDelete, map[string]string{"volumeGroup": "vg9", "wipe": "none"}),
 			map[string]string{kube.AnnLifecycle: kube.StateFailed, kube.AnnReason: kube.ReasonUnknownVolumeGroup, kube.AnnError: "no vg9"},
 			controller.ProvisioningFinished, "no vg9", true},
 		{"no answer in time", class(wffc, corev1.PersistentVolumeReclaimDelete, map[string]string{"volumeGroup": "vg0"}),
@@ -275,7 +278,8 @@ func TestCheckName(t *testing.T) {
 // trip to the API server before the request. A Node the cache does not hold,
 // or holds without the hostname label, is read from the API server.
 func TestProvisionReadsTheNodeCache(t *testing.T) {
-	sc := class(storagev1.VolumeBindingWaitForFirstConsumer, corev1.PersistentVolumeReclaimDelete, map[string]string{"volumeGroup": "vg0"})
+	// wipe: none: the cached Nodes carry no capacity annotation.
+	sc := class(storagev1.VolumeBindingWaitForFirstConsumer, corev1.PersistentVolumeReclaimDelete, map[string]string{"volumeGroup": "vg0", "wipe": "none"})
 	for _, tc := range []struct {
 		name   string
 		cached *corev1.Node
@@ -320,4 +324,39 @@ func TestNodeCacheTrims(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a", Labels: map[string]string{HostnameLabel: "host-a"},
 		Annotations: map[string]string{"capacity": "x"}}}, got)
+}
+
+// wipe: zero (the default) is made only on a node whose agent says it
+// zeroes the volume group's volumes; wipe: none anywhere, its LVs tagged so
+// that the agent removes them without zeroing.
+func TestProvisionWipe(t *testing.T) {
+	wffc := storagev1.VolumeBindingWaitForFirstConsumer
+	t.Run("the agent zeroes", func(t *testing.T) {
+		w := newWorld(t, corev1.PersistentVolumeFilesystem, created)
+		_, state, err := provision(t, w, class(wffc, corev1.PersistentVolumeReclaimDelete, map[string]string{"volumeGroup": "vg0"}))
+		require.NoError(t, err)
+		assert.Equal(t, controller.ProvisioningFinished, state)
+		_, spec := requested(t, w)
+		assert.Empty(t, spec.Tags)
+	})
+	t.Run("it does not", func(t *testing.T) {
+		w := newWorld(t, corev1.PersistentVolumeFilesystem, created)
+		node, err := w.client.CoreV1().Nodes().Get(context.Background(), "node-a", metav1.GetOptions{})
+		require.NoError(t, err)
+		node.Annotations[kube.DefaultCapacityAnnotation] = kube.EncodeStorageTopology([]kube.StorageCapacity{{Type: "lvm", Name: "vg0", DeviceClass: "vg0", Capacity: 1 << 40, Free: 1 << 40}})
+		_, err = w.client.CoreV1().Nodes().Update(context.Background(), node, metav1.UpdateOptions{})
+		require.NoError(t, err)
+		_, state, err := provision(t, w, class(wffc, corev1.PersistentVolumeReclaimDelete, map[string]string{"volumeGroup": "vg0"}))
+		require.ErrorIs(t, err, ErrNoWipe)
+		assert.ErrorContains(t, err, `StorageClass lvm on node node-a: the class asks for volumes that read zeros (wipe: zero, the default), and the node's agent does not say it makes them (no "wipe":"zero" in its entry for volume group vg0)`)
+		assert.Equal(t, controller.ProvisioningReschedule, state)
+		ann, _ := requested(t, w)
+		assert.NotContains(t, ann, kube.AnnLifecycle, "nothing asked of that agent")
+
+		_, state, err = provision(t, w, class(wffc, corev1.PersistentVolumeReclaimDelete, map[string]string{"volumeGroup": "vg0", "wipe": "none", "tags": "app"}))
+		require.NoError(t, err)
+		assert.Equal(t, controller.ProvisioningFinished, state)
+		_, spec := requested(t, w)
+		assert.Equal(t, []string{"app", kube.NoWipeTag}, spec.Tags)
+	})
 }
