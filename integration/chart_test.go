@@ -112,7 +112,8 @@ func checkNoLVMD(t *testing.T, objs []*unstructured.Unstructured) {
 	pod := ds.Spec.Template.Spec
 	require.Len(t, pod.Containers, 1)
 	assert.Empty(t, pod.InitContainers, "no lvmd sidecar")
-	assert.Empty(t, pod.Volumes, "no socket, no lvmd configuration")
+	require.Len(t, pod.Volumes, 1, "no socket, no lvmd configuration")
+	assert.Equal(t, "host-dev", pod.Volumes[0].Name, "the LVs' devices only")
 	assert.False(t, pod.HostPID)
 	assert.True(t, pod.HostNetwork, "google/lvmd on the node's loopback")
 	assert.Equal(t, corev1.DNSClusterFirstWithHostNet, pod.DNSPolicy)

@@ -118,6 +118,7 @@ func checkCommon(t *testing.T, objs []*unstructured.Unstructured) {
 	ds := deployTyped[appsv1.DaemonSet](t, deployFind(t, objs, "DaemonSet", "lvm-agent"))
 	assert.Equal(t, "lvm-agent", ds.Namespace)
 	pod := ds.Spec.Template.Spec
+	checkBlockDevices(t, objs)
 
 	// The service account exists and is bound to a ClusterRole.
 	deployFind(t, objs, "ServiceAccount", pod.ServiceAccountName)
@@ -206,12 +207,10 @@ func checkSidecar(t *testing.T, objs []*unstructured.Unstructured) {
 	}
 }
 
-// checkThickClones: an agent that can copy thick clones (the chart's
-// agent.thickClones, deploy/components/thick-clones): privileged, with the
-// host's /dev, so new LVs' devices appear in it. Beside an lvmd sidecar it
-// also reads the LVM metadata directly: lvmd's config where
-// --lvmd-config looks, and the host's /etc/lvm (its devices file).
-func checkThickClones(t *testing.T, objs []*unstructured.Unstructured) {
+// checkBlockDevices: every agent may write the LVs' block devices (it
+// zeroes a thick LV before its removal, issue 64, and copies thick clones):
+// privileged, with the host's /dev, so new LVs' devices appear in it.
+func checkBlockDevices(t *testing.T, objs []*unstructured.Unstructured) {
 	ds := deployTyped[appsv1.DaemonSet](t, deployFind(t, objs, "DaemonSet", "lvm-agent"))
 	pod := ds.Spec.Template.Spec
 	agentC := podContainer(t, pod, "lvm-agent")
@@ -221,6 +220,16 @@ func checkThickClones(t *testing.T, objs []*unstructured.Unstructured) {
 	v := podVolume(t, pod, "host-dev")
 	require.NotNil(t, v.HostPath)
 	assert.Equal(t, "/dev", v.HostPath.Path)
+}
+
+// checkThickClones: an agent with room for thick clones (the chart's
+// agent.thickClones, deploy/components/thick-clones). Beside an lvmd
+// sidecar it also reads the LVM metadata directly: lvmd's config where
+// --lvmd-config looks, and the host's /etc/lvm (its devices file).
+func checkThickClones(t *testing.T, objs []*unstructured.Unstructured) {
+	ds := deployTyped[appsv1.DaemonSet](t, deployFind(t, objs, "DaemonSet", "lvm-agent"))
+	pod := ds.Spec.Template.Spec
+	agentC := podContainer(t, pod, "lvm-agent")
 	// Room for eight copies' buffers at once (make bench-memory).
 	assert.Equal(t, "400Mi", agentC.Resources.Limits.Memory().String(), "the agent's memory limit with thick clones")
 	if !slices.ContainsFunc(pod.InitContainers, func(c corev1.Container) bool { return c.Name == "lvmd" }) {
@@ -231,7 +240,7 @@ func checkThickClones(t *testing.T, objs []*unstructured.Unstructured) {
 		assert.Equal(t, path, m.MountPath, volume)
 		assert.True(t, m.ReadOnly, "%s read-only", volume)
 	}
-	v = podVolume(t, pod, "host-lvm-config")
+	v := podVolume(t, pod, "host-lvm-config")
 	require.NotNil(t, v.HostPath)
 	assert.Equal(t, "/etc/lvm", v.HostPath.Path)
 }

@@ -46,7 +46,7 @@ func TestProvisionerRBAC(t *testing.T) {
 
 	wffc, del := storagev1.VolumeBindingWaitForFirstConsumer, corev1.PersistentVolumeReclaimDelete
 	_, err := admin.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "lvm"},
-		Provisioner: kube.DefaultProvisioner, VolumeBindingMode: &wffc, ReclaimPolicy: &del, Parameters: map[string]string{"volumeGroup": "vg1"}}, metav1.CreateOptions{})
+		Provisioner: kube.DefaultProvisioner, VolumeBindingMode: &wffc, ReclaimPolicy: &del, Parameters: harness.HostClass(map[string]string{"volumeGroup": "vg1"})}, metav1.CreateOptions{})
 	require.NoError(t, err)
 
 	t.Run("capacity", func(t *testing.T) {

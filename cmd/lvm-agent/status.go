@@ -49,6 +49,7 @@ const (
 	checkReleased = "released" // PVC gone, its PV still refers to the LV: the delete request is due
 	checkNamed    = "named"    // PVC gone, but a spec or a PV's volume handle names the LV: the collector keeps it
 	checkKept     = "kept"     // PVC gone, nothing refers to the LV, but it is tagged protected or retained, or not plain
+	checkWiping   = "wiping"   // deleting: the thick LV is zeroed before lvmd removes it (agent/wipe.go)
 	checkForeign  = "untagged" // not made by lvm-agent (or by the original agent): left alone
 	checkMissing  = "MISSING-LV"
 	checkOrphan   = "ORPHAN-LV"
@@ -315,11 +316,18 @@ func (s statusCheck) pvRow(p *corev1.PersistentVolume, seen map[string]bool) (st
 		return statusRow{}, false
 	}
 	r := s.row("pv/"+p.Name, st, p)
+	key := ""
 	if vg, lv, err := kube.ParsePVSpec(p.Annotations[kube.AnnSpec]); err == nil {
-		s.setLV(&r, agent.DeviceClass(s.classes, vg)+"/"+lv, seen)
+		key = agent.DeviceClass(s.classes, vg) + "/" + lv
+		s.setLV(&r, key, seen)
 	}
 	if st == kube.StateFailed || kube.PVRequest(st) {
 		s.openRow(&r, p)
+	}
+	// A delete's thick LV is zeroed before it is removed: as long as the
+	// wipe takes at its --wipe-rate, not stuck (an error still says so).
+	if v, ok := s.lvs[key]; ok && st == kube.StateDeleting && p.Annotations[kube.AnnError] == "" && !v.Thin() && !v.HasTag(kube.NoWipeTag) {
+		r.Check, r.Detail = checkWiping, "the LV is zeroed before it is removed ("+r.Size+"; lvm_agent_wipe_waiting_bytes says how much is left)"
 	}
 	return r, true
 }

@@ -210,3 +210,35 @@ func TestStatusNodeLostClaim(t *testing.T) {
 		assert.Equal(t, 1, rep.Summary.OtherProblems, name)
 	}
 }
+
+// Issue 64: a delete whose thick LV is still there is being zeroed (not
+// stuck, however long it takes); one whose agent wrote an error is stuck;
+// a thin LV, or one tagged lvm-agent.nowipe, is not zeroed.
+func TestStatusWiping(t *testing.T) {
+	pv := func(errText string) corev1.PersistentVolume {
+		a := map[string]string{kube.AnnLifecycle: kube.StateDeleting, kube.AnnSpec: "vg1/lv1", kube.AnnProvisionedBy: kube.DefaultProvisioner}
+		if errText != "" {
+			a[kube.AnnError] = errText
+		}
+		return corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv1", Annotations: a, CreationTimestamp: metav1.NewTime(time.Now().Add(-time.Hour))},
+			Spec: corev1.PersistentVolumeSpec{PersistentVolumeSource: corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: "/dev/vg1/lv1"}},
+				NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+					MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{"node-1"}}}}}}}}}
+	}
+	for _, tc := range []struct {
+		name, attr, errText, check string
+		tags                       []string
+	}{
+		{"thick", "-wi-a-----", "", checkWiping, nil},
+		{"thick with an error", "-wi-a-----", "LV vg1/lv1 has 1 openers", checkStuck, nil},
+		{"wipe: none", "-wi-a-----", "", checkStuck, []string{kube.NoWipeTag}},
+		{"thin", "Vwi-a-tz--", "", checkStuck, nil},
+	} {
+		s := statusCheck{node: kube.Node{Name: "node-1", Provisioners: []string{kube.DefaultProvisioner}}, now: time.Now(), stuckAfter: time.Minute,
+			lvs: map[string]lvmbackend.Volume{"vg1/lv1": {DeviceClass: "vg1", Name: "lv1", SizeBytes: 4 << 20, Attr: tc.attr,
+				Tags: append([]string{agent.OwnerTag("uid-1")}, tc.tags...)}}}
+		rep := s.report(nil, []corev1.PersistentVolume{pv(tc.errText)})
+		require.Len(t, rep.Volumes, 1, tc.name)
+		assert.Equal(t, tc.check, rep.Volumes[0].Check, "%s: %+v", tc.name, rep.Volumes[0])
+	}
+}

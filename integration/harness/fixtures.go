@@ -99,3 +99,15 @@ func WaitFor(t TB, timeout time.Duration, get func(context.Context) (metav1.Obje
 	}
 	return last
 }
+
+// HostClass is a StorageClass's parameters for the host's agents, which
+// cannot write block devices (the host has no device-mapper): their Nodes
+// say no "wipe", so a class that asks for zeroed volumes (the default) is
+// made nowhere; wipe: none unless params says otherwise.
+func HostClass(params map[string]string) map[string]string {
+	out := map[string]string{"wipe": "none"}
+	for k, v := range params {
+		out[k] = v
+	}
+	return out
+}

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/lvm-agent/lvm-agent/integration/harness"
 	"github.com/lvm-agent/lvm-agent/kube"
 	"github.com/lvm-agent/lvm-agent/provisioner"
 )
@@ -33,6 +34,7 @@ func newNamespace(t *testing.T, name string) string {
 
 func storageClass(t *testing.T, name string, reclaim corev1.PersistentVolumeReclaimPolicy, params map[string]string) {
 	t.Helper()
+	params = harness.HostClass(params)
 	mode := storagev1.VolumeBindingWaitForFirstConsumer
 	_, err := cluster.Client.StorageV1().StorageClasses().Create(context.Background(), &storagev1.StorageClass{
 		ObjectMeta: metav1.ObjectMeta{Name: name}, Provisioner: kube.DefaultProvisioner,

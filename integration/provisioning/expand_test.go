@@ -60,7 +60,7 @@ func growClass(t testing.TB, name string) {
 	mode, reclaim, yes := storagev1.VolumeBindingWaitForFirstConsumer, corev1.PersistentVolumeReclaimDelete, true
 	_, err := cluster.Client.StorageV1().StorageClasses().Create(context.Background(), &storagev1.StorageClass{
 		ObjectMeta: metav1.ObjectMeta{Name: name}, Provisioner: kube.DefaultProvisioner, AllowVolumeExpansion: &yes,
-		VolumeBindingMode: &mode, ReclaimPolicy: &reclaim, Parameters: map[string]string{"volumeGroup": "vg1"},
+		VolumeBindingMode: &mode, ReclaimPolicy: &reclaim, Parameters: harness.HostClass(map[string]string{"volumeGroup": "vg1"}),
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	t.Cleanup(func() {

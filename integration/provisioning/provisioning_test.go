@@ -42,6 +42,7 @@ func newNamespace(t testing.TB) string {
 
 func storageClass(t testing.TB, name string, mode storagev1.VolumeBindingMode, reclaim corev1.PersistentVolumeReclaimPolicy, params map[string]string) {
 	t.Helper()
+	params = harness.HostClass(params)
 	_, err := cluster.Client.StorageV1().StorageClasses().Create(context.Background(), &storagev1.StorageClass{
 		ObjectMeta: metav1.ObjectMeta{Name: name}, Provisioner: kube.DefaultProvisioner,
 		VolumeBindingMode: &mode, ReclaimPolicy: &reclaim, Parameters: params, MountOptions: []string{"noatime"},
