@@ -84,7 +84,8 @@ func (s *Story) Pod(ctx context.Context, name, claim, script string) {
 	_, err := s.Kube.CoreV1().Pods(s.NS).Create(ctx, pod, metav1.CreateOptions{})
 	s.Must(err, "creating pod/%s", name)
 	s.Cleanup(func(ctx context.Context) { s.DeletePod(ctx, name) })
-	s.Show(fmt.Sprintf("kubectl apply -f %s-pod.yaml   # claim %s as /dev/xvda: sh -c %q", name, claim, script), "pod/"+name+" created")
+	s.Show(fmt.Sprintf("kubectl apply -f %s-pod.yaml   # busybox, claim %s as /dev/xvda, running sh -c:", name, claim),
+		"    "+script+"\npod/"+name+" created")
 }
 
 // PodOutput waits until the Pod has run its script to the end and returns
