@@ -9,7 +9,7 @@ export GOFLAGS := $(strip $(GOFLAGS) -trimpath)
 CACHE ?= $(or $(LVM_AGENT_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/lvm-agent)
 export LVM_AGENT_CACHE := $(CACHE)
 
-.PHONY: all build test test-unit test-integration test-guest test-node demo demo-helm demo-cli node bench-node bench-peers images bench-cluster bench-lvm bench-dm bench-scale bench-burst bench-memory bench-provision chaos test-faults fuzz vet clean
+.PHONY: all build test test-unit test-integration test-guest test-node demo demo-helm demo-cli node bench-node bench-peers images bench-cluster bench-lvm bench-dm bench-wipe bench-scale bench-burst bench-memory bench-provision chaos test-faults fuzz vet clean
 
 all: build
 
@@ -107,6 +107,11 @@ bench-lvm:
 
 bench-dm:
 	scripts/vm/bench.sh dm
+
+# The wipe (issue 64): its rate beside dd's on one LV, and a writer's rate
+# on another LV while a 1 GiB LV is wiped at the default --wipe-rate.
+bench-wipe:
+	scripts/vm/bench.sh wipe
 
 # Scale: the agent's costs with 0/10k/50k foreign PVCs+PVs, per watch mode.
 bench-scale:

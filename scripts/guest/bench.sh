@@ -6,22 +6,23 @@
 #        then lvmmeta's rows (below), appended to its table;
 #   dm   lvmbackend/devmapper's BenchmarkDeviceState: reading the state of
 #        200 LVs through the package, lvs and dmsetup;
+#   wipe agent's BenchmarkWipe on the guest's disk /dev/vda (bench-wipe.txt);
 #   meta lvmbackend/lvmmeta's TestGuestBench alone: the tags of 1,000 LVs
 #        (pure Go, lvs, lvmd GetLVList) and lvm processes per create/delete.
 # The table is printed and left in $LVM_AGENT_RESULTS/bench.txt (lvm),
 # bench-dm.txt (dm) or bench-lvmmeta.txt (meta).
 #
-#   bench.sh [--bin DIR] [lvm|dm|meta] [-- ARGS...]
+#   bench.sh [--bin DIR] [lvm|dm|meta|wipe] [-- ARGS...]
 #       lvm: guest test flags, e.g.  -- -guest.bench-burst 20
 #       dm:  go test flags, e.g.     -- -test.benchtime 10s
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 bin=/opt/lvm-agent kind=lvm
-usage() { sed -n '2,18s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2; }
+usage() { sed -n '2,19s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
     --bin) bin=$2; shift 2 ;;
-    lvm | dm | meta) kind=$1; shift ;;
+    lvm | dm | meta | wipe) kind=$1; shift ;;
     --) shift; break ;;
     *) usage ;;
   esac
@@ -43,6 +44,8 @@ meta() {
 }
 case $kind in
   meta) meta; exit $? ;;
+  wipe) cd "$(mktemp -d)" && WIPE_BENCH_DEVICE=/dev/vda "$bin/agent.test" -test.run '^$' -test.bench '^BenchmarkWipe$' \
+    -test.benchtime 1x -test.timeout 25m "$@" 2>&1 | tee "$LVM_AGENT_RESULTS/bench-wipe.txt"; exit "${PIPESTATUS[0]}" ;;
   lvm)
     "$here/suite.sh" --bin "$bin" --no-devmapper -- -test.run '^TestBench$' -test.timeout 55m "$@"
     rc=$?

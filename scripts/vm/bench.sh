@@ -18,9 +18,13 @@
 #        through lvmbackend/devmapper's ioctls vs one lvs vs one dmsetup
 #        status (lvmbackend/devmapper/bench_guest_test.go). Table:
 #        $LVM_AGENT_CACHE/run/bench-dm-results/results/bench-dm.txt.
+#   wipe the wipe beside dd on one 1 GiB LV, and a writer on another LV while
+#        it is wiped at the default --wipe-rate (agent/wipe_guest_test.go),
+#        on a 2 GiB disk of the guest (a sparse file here). Table:
+#        .../bench-wipe-results/results/bench-wipe.txt.
 # The table is printed at the end, with the host's load.
 #
-#   scripts/vm/bench.sh lvm|dm|meta [--timeout SECONDS] [-- ARGS...]
+#   scripts/vm/bench.sh lvm|dm|meta|wipe [--timeout SECONDS] [-- ARGS...]
 #       lvm: guest test flags, e.g.  -- -guest.bench-n 9 -guest.bench-burst 50
 #       dm:  go test flags, e.g.     -- -test.benchtime 10s
 set -euo pipefail
@@ -28,7 +32,7 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CACHE=${LVM_AGENT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lvm-agent}
 RUN=${LVM_AGENT_RUN:-$CACHE/run}
-usage() { sed -n '2,25s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2; }
+usage() { sed -n '2,29s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2; }
 kind=${1:-}
 # bins: what the guest gets.
 case $kind in
@@ -38,6 +42,8 @@ case $kind in
       timeout=2400 mem=2G share=$RUN/bench-meta-results table=bench-lvmmeta.txt ;;
   dm) bins=(devmapper.test)
       timeout=1200 mem=2G share=$RUN/bench-dm-results table=bench-dm.txt ;;
+  wipe) bins=(agent.test)
+      timeout=1800 mem=2G share=$RUN/bench-wipe-results table=bench-wipe.txt ;;
   *) usage ;;
 esac
 shift
@@ -58,7 +64,13 @@ rm -rf "$share" && mkdir -p "$share"
 
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
 rc=0
-"$here/run.sh" --mem "$mem" --cpus 2 --timeout "$timeout" --files "$files" --share "$share" -- \
+disk=()
+if [ "$kind" = wipe ]; then
+  disk=(--disk "$share.img")
+  trap 'rm -rf "$files" "$share.img"' EXIT
+  truncate -s 2G "$share.img"
+fi
+"$here/run.sh" --mem "$mem" --cpus 2 --timeout "$timeout" --files "$files" --share "$share" "${disk[@]}" -- \
   bash /opt/lvm-agent/guest/bench.sh --bin /opt/lvm-agent "$kind" -- "$@" || rc=$?
 echo
 if [ -f "$share/results/$table" ]; then

@@ -11,6 +11,7 @@
 #   lvm-stories            the guest's stories, run in the one-node cluster (./integration/stories)
 #   devmapper.test         ./lvmbackend/devmapper's guest tests (tag guest)
 #   lvmmeta.test           ./lvmbackend/lvmmeta's guest tests (tag guest)
+#   agent.test             ./agent's guest benchmark (tag guest), only when named
 # and, only when named, for the one-node cluster (scripts/guest/cluster.sh):
 #   kubelet, kubectl, kube-scheduler, kube-controller-manager, kube-proxy
 #                          scripts/kube-assets.sh
@@ -88,6 +89,7 @@ project() {
       lvm-stories) build lvm-stories build "${flags[@]}" ./integration/stories || rc=1 ;;
       devmapper.test) build devmapper.test test -c -tags guest "${flags[@]}" ./lvmbackend/devmapper || rc=1 ;;
       lvmmeta.test) build lvmmeta.test test -c -tags guest "${flags[@]}" ./lvmbackend/lvmmeta || rc=1 ;;
+      agent.test) build agent.test test -c -tags guest "${flags[@]}" ./agent || rc=1 ;;
       images) IMAGE_ARCHES=amd64 "$here/images.sh" "$OUT/images" >/dev/null || rc=1 ;; # the guest is amd64
       etcd | kube-apiserver | lvmd | google-lvmd | kube* | containerd* | ctr | helm) ;; # linked below
       *) log "unknown binary $w"; return 2 ;;
