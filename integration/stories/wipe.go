@@ -24,17 +24,18 @@ const (
 )
 
 func wipeThick(ctx context.Context, s *Story) {
-	wipeAgain(ctx, s, thickClass, "wipe-a", "wipe-b")
+	wipeAgain(ctx, s, thickClass, "wipe-a", "wipe-b", 32)
 }
 
 func wipeThin(ctx context.Context, s *Story) {
-	wipeAgain(ctx, s, thinClass, "wipe-thin-a", "wipe-thin-b")
+	wipeAgain(ctx, s, thinClass, "wipe-thin-a", "wipe-thin-b", 16)
 }
 
 // wipeAgain: a volume filled with markers and deleted, then a new one of
-// the same size and class, read whole: 0 markers.
-func wipeAgain(ctx context.Context, s *Story, class, first, second string) {
-	const size, mib = "64Mi", 64
+// the same size and class, read whole: 0 markers. Small volumes: under
+// emulation each MiB filled and read costs seconds (a thin pool's most).
+func wipeAgain(ctx context.Context, s *Story, class, first, second string, mib int64) {
+	size := fmt.Sprintf("%dMi", mib)
 	s.Step(fmt.Sprintf("A Block PVC %s of %s in %s: its Pod fills the whole device with markers", first, size, class),
 		fmt.Sprintf("Each marker is %q, 16 bytes. The node counts them on the LV the PV names and reads where its extents are.", marker))
 	s.BlockPVC(ctx, first, class, size, "")
@@ -88,9 +89,9 @@ func wipeAgain(ctx context.Context, s *Story, class, first, second string) {
 // left dirty by an LV that is not lvm-agent's: the tail reads zeros.
 func wipeClone(ctx context.Context, s *Story) {
 	const source, dirtyLV = "lvm-agent clone source", "wipe-dirty"
-	s.Step("A source: a Block PVC wipe-src of 32Mi in "+thickClass+"; its Pod zeroes the device and writes a line at its start",
+	s.Step("A source: a Block PVC wipe-src of 16Mi in "+thickClass+"; its Pod zeroes the device and writes a line at its start",
 		"The Pod is deleted then: a thick clone is copied only while no Pod uses its source.")
-	s.BlockPVC(ctx, "wipe-src", thickClass, "32Mi", "")
+	s.BlockPVC(ctx, "wipe-src", thickClass, "16Mi", "")
 	s.Pod(ctx, "wipe-src", "wipe-src", `n=$(blockdev --getsize64 /dev/xvda) && head -c "$n" /dev/zero >/dev/xvda && `+
 		`echo '`+source+`' | dd of=/dev/xvda conv=notrunc 2>/dev/null && sync && echo "zeroed $n bytes, then a line at the start"`)
 	s.PodOutput(ctx, "wipe-src")
@@ -98,13 +99,13 @@ func wipeClone(ctx context.Context, s *Story) {
 	s.DeletePod(ctx, "wipe-src")
 
 	s.Step("Dirty extents: an LV that is not lvm-agent's, made by hand, filled with markers, removed without a wipe",
-		"Made after the source, so where the clone will go next: its tail, beyond the source's 32Mi, lands on them.")
+		"Made after the source, so where the clone will go next: its tail, beyond the source's 16Mi, lands on them.")
 	s.Cleanup(func(ctx context.Context) {
 		if _, ok := s.LVs(ctx).Named(dirtyLV); ok {
 			s.Lvm(ctx, "lvremove", "-y", s.VG+"/"+dirtyLV)
 		}
 	})
-	s.Lvm(ctx, "lvcreate", "-y", "-L", "64m", "-n", dirtyLV, s.VG)
+	s.Lvm(ctx, "lvcreate", "-y", "-L", "32m", "-n", dirtyLV, s.VG)
 	lvs := s.LVs(ctx)
 	dirty, ok := lvs.Named(dirtyLV)
 	if !ok || len(dirty.Extents) == 0 {
@@ -115,11 +116,11 @@ func wipeClone(ctx context.Context, s *Story) {
 	filled, _ := s.NodeMarkers("/dev/" + s.VG + "/" + dirtyLV)
 	s.Lvm(ctx, "lvremove", "-y", s.VG+"/"+dirtyLV)
 
-	s.Step("A clone wipe-clone of 64Mi of the 32Mi source: the source's bytes, then zeros",
-		"lvm-agent copies the source's 32Mi and must zero the rest. Its Pod reads the start, the whole device and the tail.")
-	s.BlockPVC(ctx, "wipe-clone", thickClass, "64Mi", "wipe-src")
+	s.Step("A clone wipe-clone of 32Mi of the 16Mi source: the source's bytes, then zeros",
+		"lvm-agent copies the source's 16Mi and must zero the rest. Its Pod reads the start, the whole device and the tail.")
+	s.BlockPVC(ctx, "wipe-clone", thickClass, "32Mi", "wipe-src")
 	s.Pod(ctx, "wipe-clone", "wipe-clone", fmt.Sprintf(`echo "head: $(head -c %d /dev/xvda)"; `, len(source))+
-		countScript("device", 0)+"; "+countScript("tail", 32))
+		countScript("device", 0)+"; "+countScript("tail", 16))
 	out := s.PodOutput(ctx, "wipe-clone")
 	clone := s.Bound(ctx, "wipe-clone")
 	counts := parseCounts(out)
@@ -130,18 +131,18 @@ func wipeClone(ctx context.Context, s *Story) {
 		s.Fatalf("pod/wipe-clone printed no head line or no count of markers: %q", out)
 	}
 	onNode, _ := s.NodeMarkers(clone.Device)
-	tailExtents := skip(clone.LV.Extents, (32<<20)/clone.LV.ExtentSize)
+	tailExtents := skip(clone.LV.Extents, (16<<20)/clone.LV.ExtentSize)
 	reused := overlap(tailExtents, dirty.Extents)
 	fmt.Fprintf(s.out, "wipe: clone: %d markers written to LV %s; wipe-clone's Pod read %d MiB: %d markers, %d in the %d MiB "+
-		"beyond the source's 32 (the node: %d); %d of the tail's %d extents were %s's (tail %v, %s on %v); starts %s\n",
+		"beyond the source's 16 (the node: %d); %d of the tail's %d extents were %s's (tail %v, %s on %v); starts %s\n",
 		filled, dirtyLV, whole.mib, whole.markers, tail.markers, tail.mib, onNode, reused, count(tailExtents), dirtyLV,
 		tailExtents, dirtyLV, dirty.Extents, strconv.Quote(head[1]))
 	switch {
 	case whole.markers > 0 || tail.markers > 0 || onNode > 0:
 		s.Fatalf("pvc/wipe-clone (LV %s) shows %d markers (%d in its tail; the node reads %d) of LV %s: its tail was not zeroed",
 			clone.LV.Name, whole.markers, tail.markers, onNode, dirtyLV)
-	case whole.mib != 64 || tail.mib != 32:
-		s.Fatalf("pod/wipe-clone read %d MiB of its device and %d of its tail, want 64 and 32", whole.mib, tail.mib)
+	case whole.mib != 32 || tail.mib != 16:
+		s.Fatalf("pod/wipe-clone read %d MiB of its device and %d of its tail, want 32 and 16", whole.mib, tail.mib)
 	case reused == 0:
 		s.Fatalf("the tail of LV %s (pvc/wipe-clone) is on %v, none of LV %s's %v: 0 markers proves nothing",
 			clone.LV.Name, tailExtents, dirtyLV, dirty.Extents)
