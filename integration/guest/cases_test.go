@@ -55,6 +55,7 @@ var cases = []testCase{
 	{"protected", needNothing, caseProtected},
 	{"not-plain-origin", needNothing, caseNotPlainOrigin},
 	{"not-plain-pool", needThin, caseNotPlainPool},
+	{"pool-not-zeroing", needThin, casePoolNotZeroing},
 	{"lvm-refuses", needNothing, caseLVMRefuses},
 	{"agent-killed-during-lvcreate", needNothing, caseAgentKilled},
 	{"lvmd-restart-during-burst", needLVMDCtl, caseLVMDRestartBurst},
@@ -333,6 +334,39 @@ func caseNotPlainPool(t *testing.T, s *stack) {
 // requireNotPlain binds a PV to pvc, deletes the claim (a cluster's order),
 // asks for the deletion of lv and checks the NotPlainVolume answer, with
 // the LVs kept unchanged.
+// Issue 64: a thin volume in a pool that does not zero new chunks could
+// read a deleted volume's bytes: the agent removes the LV it made and
+// answers PoolNotZeroing, unless the spec's tags carry lvm-agent.nowipe (a
+// class with wipe: none). The suite's pool zeroes (lvcreate's default); it
+// is turned off for the case and on again after. (The guest's agents run
+// as root: they read device-mapper, and so the pool's table.)
+func casePoolNotZeroing(t *testing.T, s *stack) {
+	vg := *s.thin
+	pool := vg.vg + "/" + vg.pool
+	_, err := lvm("lvchange", "-Z", "n", pool)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, err := lvm("lvchange", "-Z", "y", pool)
+		assert.NoError(t, err)
+	})
+	name := s.lvName("nozero")
+	removeLeftover(t, vg.vg, name)
+	pvc := s.pvc(t, name)
+	err = s.create(pvc, vg, name, 4<<20)
+	var fe *kube.FailedError
+	require.True(t, errors.As(err, &fe), "not an agent's failed answer: %v", err)
+	assert.Equal(t, kube.ReasonPoolNotZeroing, fe.Reason, fe.Message)
+	assert.Contains(t, fe.Message, "does not zero new chunks")
+	requireNoLV(t, vg.vg, name)
+
+	name = s.lvName("nozero-ok")
+	removeLeftover(t, vg.vg, name)
+	pvc = s.pvc(t, name)
+	require.NoError(t, s.create(pvc, vg, name, 4<<20, kube.NoWipeTag))
+	requireAnswered(t, pvc, kube.StateCreated)
+	requireLV(t, vg, name, pvc, 4<<20, kube.NoWipeTag)
+}
+
 func requireNotPlain(t *testing.T, s *stack, pvc *corev1.PersistentVolumeClaim, pvName string, vg volumeGroup, lv string, kept ...string) {
 	t.Helper()
 	before := lvsOf(t, vg.vg)

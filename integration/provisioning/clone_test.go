@@ -139,7 +139,8 @@ func TestThinClonesOnSourcesNode(t *testing.T) {
 			"the PV controller says the filesystem is the source's, for kubelet to grow")
 		lv := lvOfClass(t, a.node, "thin", pv.Name)
 		assert.True(t, lv.Thin)
-		assert.Equal(t, []string{"lvm-agent.pvc." + string(pvc.UID)}, lv.Tags, "owned by the clone's claim only")
+		// The host's classes say wipe: none (harness.HostClass): its tag.
+		assert.Equal(t, []string{kube.NoWipeTag, "lvm-agent.pvc." + string(pvc.UID)}, lv.Tags, "owned by the clone's claim only")
 		assert.EqualValues(t, 32<<20, lv.Written, "the source's data")
 		pod := waitPodNode(t, ns, name)
 		assert.Equal(t, "thin-a", pod, "%s: its Pod runs where its volume is", name)
