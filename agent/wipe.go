@@ -110,7 +110,9 @@ func (a *Agent) wipeBeforeRemove(ctx context.Context, pv *corev1.PersistentVolum
 		return retry(err), false
 	}
 	if path == "" || lv.DevMajor == 0 && lv.DevMinor == 0 {
-		return retry(fmt.Errorf("the device of LV %s is not known (inactive?): it is zeroed before it is removed", t)), false
+		// lvmd cannot activate it; removed as it is, its extents would
+		// hand its bytes to the next volume.
+		return retry(fmt.Errorf("LV %s (device class/name) has no active device, and it is zeroed before it is removed: activate it (lvchange -ay VG/%s), or remove it by hand if the next volume may read its data", t, t.name)), false
 	}
 	switch n, err := a.cfg.openCounts.OpenCount(ctx, lv.DevMajor, lv.DevMinor); {
 	case err != nil:
