@@ -343,12 +343,21 @@ func caseNotPlainPool(t *testing.T, s *stack) {
 func casePoolNotZeroing(t *testing.T, s *stack) {
 	vg := *s.thin
 	pool := vg.vg + "/" + vg.pool
+	// The kernel's table is what zeroes, and what the agent reads: the
+	// new flag is loaded into the active pool with --refresh.
 	_, err := lvm("lvchange", "-Z", "n", pool)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		_, err := lvm("lvchange", "-Z", "y", pool)
 		assert.NoError(t, err)
+		_, err = lvm("lvchange", "--refresh", pool)
+		assert.NoError(t, err)
 	})
+	_, err = lvm("lvchange", "--refresh", pool)
+	require.NoError(t, err)
+	table, err := exec.Command("dmsetup", "table").Output()
+	require.NoError(t, err)
+	require.Contains(t, string(table), "skip_block_zeroing", "no pool's table says it after lvchange -Z n --refresh:\n%s", table)
 	name := s.lvName("nozero")
 	removeLeftover(t, vg.vg, name)
 	pvc := s.pvc(t, name)
