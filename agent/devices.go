@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -137,41 +138,44 @@ func (d *Devices) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// poolZeroes reports whether the thin pool of thin LV lv zeroes the
-// chunks it gives out: the LV's table is "thin <pool major:minor> <id>",
-// and the pool device's thin-pool table says skip_block_zeroing when it
-// does not (devmapper.ParseThinPoolTable). An error when either table
-// cannot be read.
-func (d *Devices) poolZeroes(ctx context.Context, lv *lvmbackend.Volume) (bool, error) {
+// poolZeroes reports whether lv is a thin LV (its table is "thin <pool
+// major:minor> <id>"; lvmd's CreateLV answers with no lv_attr to say so)
+// and, if it is, whether its pool zeroes the chunks it gives out: the pool
+// device's thin-pool table says skip_block_zeroing when it does not
+// (devmapper.ParseThinPoolTable). An error when a table cannot be read.
+func (d *Devices) poolZeroes(ctx context.Context, lv *lvmbackend.Volume) (thin, zeroes bool, err error) {
 	name := d.name(ctx, lv)
 	if name == "" {
-		return false, fmt.Errorf("thin LV %s has no device-mapper device (%d:%d)", lv.Name, lv.DevMajor, lv.DevMinor)
+		return false, false, fmt.Errorf("LV %s has no device-mapper device (%d:%d)", lv.Name, lv.DevMajor, lv.DevMinor)
 	}
 	t, err := d.dm.Table(ctx, name)
 	if err != nil {
-		return false, fmt.Errorf("read the table of thin LV %s: %w", lv.Name, err)
+		return false, false, fmt.Errorf("read the table of LV %s: %w", lv.Name, err)
+	}
+	if !slices.ContainsFunc(t.Targets, func(t devmapper.Target) bool { return t.Type == "thin" }) {
+		return false, false, nil
 	}
 	var major, minor uint32
-	if len(t.Targets) != 1 || t.Targets[0].Type != "thin" {
-		return false, fmt.Errorf("thin LV %s: device %s has no single thin target", lv.Name, name)
+	if len(t.Targets) != 1 {
+		return true, false, fmt.Errorf("thin LV %s: device %s has %d targets, not one thin target", lv.Name, name, len(t.Targets))
 	}
 	if _, err := fmt.Sscanf(t.Targets[0].Params, "%d:%d", &major, &minor); err != nil {
-		return false, fmt.Errorf("thin LV %s: its table %q names no pool device: %w", lv.Name, t.Targets[0].Params, err)
+		return true, false, fmt.Errorf("thin LV %s: its table %q names no pool device: %w", lv.Name, t.Targets[0].Params, err)
 	}
 	pool, err := d.dm.InfoByDevice(ctx, major, minor)
 	if err != nil {
-		return false, fmt.Errorf("thin LV %s: its pool device %d:%d: %w", lv.Name, major, minor, err)
+		return true, false, fmt.Errorf("thin LV %s: its pool device %d:%d: %w", lv.Name, major, minor, err)
 	}
 	pt, err := d.dm.Table(ctx, pool.Name)
 	if err != nil {
-		return false, fmt.Errorf("read the table of thin pool %s: %w", pool.Name, err)
+		return true, false, fmt.Errorf("read the table of thin pool %s: %w", pool.Name, err)
 	}
 	if len(pt.Targets) != 1 || pt.Targets[0].Type != "thin-pool" {
-		return false, fmt.Errorf("thin LV %s: device %s is not a thin pool", lv.Name, pool.Name)
+		return true, false, fmt.Errorf("thin LV %s: device %s is not a thin pool", lv.Name, pool.Name)
 	}
 	p, err := devmapper.ParseThinPoolTable(pt.Targets[0].Params)
 	if err != nil {
-		return false, fmt.Errorf("thin pool %s: %w", pool.Name, err)
+		return true, false, fmt.Errorf("thin pool %s: %w", pool.Name, err)
 	}
-	return p.ZeroesNewBlocks, nil
+	return true, p.ZeroesNewBlocks, nil
 }

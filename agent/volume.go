@@ -670,8 +670,9 @@ func (a *Agent) unfinished(ctx context.Context, pvc *corev1.PersistentVolumeClai
 	return changed(), true // the error is on the claim; the next attempt makes the LV
 }
 
-// zeroingPool checks that a thin LV just made or found made, not yet
-// answered, is in a pool that zeroes new chunks: in one that does not
+// zeroingPool checks that an LV just made or found made, not yet answered,
+// if it is thin (its device-mapper table says so: lvmd's CreateLV answers
+// with no lv_attr), is in a pool that zeroes new chunks: in one that does not
 // (lvcreate -Z n, or lvchange -Z n since), a new volume reads whatever
 // a deleted one left in the chunks it is given. Such an LV is removed
 // (no answer named it, so it holds nothing) and the claim fails with
@@ -680,14 +681,16 @@ func (a *Agent) unfinished(ctx context.Context, pvc *corev1.PersistentVolumeClai
 // Without device-mapper the pool cannot be read, and the Node says so
 // (no "wipe"), so no class that asks for zeros is sent here.
 func (a *Agent) zeroingPool(ctx context.Context, pvc *corev1.PersistentVolumeClaim, lv *lvmbackend.Volume) (outcome, bool) {
-	if !lv.Thin() || lv.HasTag(kube.NoWipeTag) || a.cfg.Devices == nil || pvc.Annotations[kube.AnnDevice] != "" {
+	// Without device numbers (a dialect that reports none) the kernel
+	// cannot be asked, as created's check of the device cannot.
+	if lv.HasTag(kube.NoWipeTag) || a.cfg.Devices == nil || pvc.Annotations[kube.AnnDevice] != "" || lv.DevMajor == 0 && lv.DevMinor == 0 {
 		return outcome{}, true
 	}
-	zeroes, err := a.cfg.Devices.poolZeroes(ctx, lv)
-	if err != nil {
+	thin, zeroes, err := a.cfg.Devices.poolZeroes(ctx, lv)
+	switch {
+	case err != nil:
 		return retry(err), false
-	}
-	if zeroes {
+	case !thin || zeroes:
 		return outcome{}, true
 	}
 	what := fmt.Errorf("the thin pool of LV %s/%s does not zero new chunks (lvchange -Z y turns it on), so a new volume could read a deleted one's bytes; the class's wipe: none accepts that", lv.DeviceClass, lv.Name)
