@@ -70,7 +70,8 @@ func NewWiper(bytesPerSecond int64) *Wiper {
 	return w
 }
 
-// WipeStatus is one wipe in progress, for lvm-agent volume status.
+// WipeStatus is one wipe in progress (make bench-wipe waits on it; the
+// operator sees a wipe as volume status's "wiping" row and in the metrics).
 type WipeStatus struct {
 	LV          string
 	Done, Total int64
