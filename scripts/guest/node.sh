@@ -80,7 +80,9 @@ while [ $# -gt 0 ]; do
     --install) install=$2; shift 2 ;;
     --vg-device) vg_device=$2; shift 2 ;;
     --peers) peers=$2; shift 2 ;;
-    --faults) faults=$2; shift 2 ;;
+    --faults)
+      # shellcheck disable=SC2034 # read by kills.sh, which this script sources
+      faults=$2; shift 2 ;;
     --phase) phase=$2; shift 2 ;;
     *) usage ;;
   esac
@@ -676,6 +678,7 @@ echo "node: the agent started during the burst: lvmd listings $(awk '$1 ~ /^lvm_
 # make test-faults' audit: each claim Bound with one LV of at least its
 # size, no orphan, no request open or failed, foreign untouched.
 claims_app=many audit 10
+# shellcheck disable=SC2154 # audit_row: set by kills.sh's audit, sourced above
 rows="lvmd,agent-pod,kubelet,containerd,kube-apiserver 10 0 $n $audit_row"$'\n'
 echo "audit: $audit_row (lost duplicated orphaned open failed foreign)"
 [ "$audit_row" = "0 0 0 0 0 0" ]
