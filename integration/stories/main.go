@@ -41,7 +41,17 @@ var stories = []struct {
 	{"wipe/clone", wipeClone},
 }
 
+// tools are commands of their own, named by the first argument; each is a
+// func(args) exit code in a file of its own.
+var tools = map[string]func(args []string) int{}
+
 func main() {
+	// Tools beside the stories, for the guest's shell: `lvm-stories timeline ...`.
+	if len(os.Args) > 1 {
+		if tool, ok := tools[os.Args[1]]; ok {
+			os.Exit(tool(os.Args[2:]))
+		}
+	}
 	ns := flag.String("namespace", "default", "the namespace of the stories' PVCs and Pods")
 	vg := flag.String("vg", "vg1", "the volume group the classes use")
 	deadline := flag.Duration("wait", 10*time.Minute, "the deadline of each wait (a Pod started, a PV gone...)")
