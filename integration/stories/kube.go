@@ -36,56 +36,163 @@ func (s *Story) Within(ctx context.Context, what string, cond func(context.Conte
 	}
 }
 
+// Claim is a PVC a story makes.
+type Claim struct {
+	Name, Class, Size string
+	Block             bool   // volumeMode: Block (else Filesystem)
+	Source            string // a claim it clones, or ""
+	App               string // its app label (default lvm-stories)
+}
+
 // BlockPVC creates a volumeMode: Block claim of size in class; source, when
-// not "", names the claim it clones. Its cleanup deletes it and waits until
-// its PV and its LV are gone.
+// not "", names the claim it clones.
 func (s *Story) BlockPVC(ctx context.Context, name, class, size, source string) {
-	block := corev1.PersistentVolumeBlock
+	s.PVC(ctx, Claim{Name: name, Class: class, Size: size, Block: true, Source: source})
+}
+
+// PVC creates the claim. Its cleanup deletes it and waits until its PV and
+// its LV are gone.
+func (s *Story) PVC(ctx context.Context, c Claim) {
+	s.Must(s.createPVC(ctx, c), "creating pvc/%s", c.Name)
+	s.Cleanup(func(ctx context.Context) { s.DeletePVC(ctx, c.Name) })
+	what := fmt.Sprintf("%s PVC of %s in %s", map[bool]string{true: "a Block", false: "a Filesystem"}[c.Block], c.Size, c.Class)
+	if c.Source != "" {
+		what += ", dataSource: PersistentVolumeClaim " + c.Source
+	}
+	s.Show(fmt.Sprintf("kubectl apply -f %s.yaml   # %s", c.Name, what), "persistentvolumeclaim/"+c.Name+" created")
+}
+
+func (s *Story) createPVC(ctx context.Context, c Claim) error {
+	mode := corev1.PersistentVolumeFilesystem
+	if c.Block {
+		mode = corev1.PersistentVolumeBlock
+	}
+	if c.App == "" {
+		c.App = "lvm-stories"
+	}
 	pvc := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.NS, Labels: map[string]string{"app": "lvm-stories"}},
+		ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: s.NS, Labels: map[string]string{"app": c.App}},
 		Spec: corev1.PersistentVolumeClaimSpec{
-			StorageClassName: &class,
-			VolumeMode:       &block,
+			StorageClassName: &c.Class,
+			VolumeMode:       &mode,
 			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			Resources: corev1.VolumeResourceRequirements{
-				Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)},
+				Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(c.Size)},
 			},
 		},
 	}
-	what := fmt.Sprintf("a Block PVC of %s in %s", size, class)
-	if source != "" {
-		pvc.Spec.DataSource = &corev1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: source}
-		what += ", dataSource: PersistentVolumeClaim " + source
+	if c.Source != "" {
+		pvc.Spec.DataSource = &corev1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: c.Source}
 	}
 	_, err := s.Kube.CoreV1().PersistentVolumeClaims(s.NS).Create(ctx, pvc, metav1.CreateOptions{})
-	s.Must(err, "creating pvc/%s", name)
-	s.Cleanup(func(ctx context.Context) { s.DeletePVC(ctx, name) })
-	s.Show(fmt.Sprintf("kubectl apply -f %s.yaml   # %s", name, what), "persistentvolumeclaim/"+name+" created")
+	return err
 }
 
 // Pod creates a busybox Pod that runs script once (restartPolicy Never)
 // with claim's device as /dev/xvda. Its cleanup deletes it.
 func (s *Story) Pod(ctx context.Context, name, claim, script string) {
-	grace := int64(1) // busybox's sh as PID 1 ignores SIGTERM
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.NS, Labels: map[string]string{"app": "lvm-stories"}},
-		Spec: corev1.PodSpec{
-			RestartPolicy:                 corev1.RestartPolicyNever,
-			TerminationGracePeriodSeconds: &grace,
-			Containers: []corev1.Container{{
-				Name: "sh", Image: busybox, ImagePullPolicy: corev1.PullNever,
-				Command:       []string{"sh", "-c", script},
-				VolumeDevices: []corev1.VolumeDevice{{Name: "data", DevicePath: "/dev/xvda"}},
-			}},
-			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
-				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}},
-		},
-	}
-	_, err := s.Kube.CoreV1().Pods(s.NS).Create(ctx, pod, metav1.CreateOptions{})
-	s.Must(err, "creating pod/%s", name)
+	s.Must(s.createPod(ctx, PodSpec{Name: name, Claim: claim, Block: true, Script: script, Once: true}), "creating pod/%s", name)
 	s.Cleanup(func(ctx context.Context) { s.DeletePod(ctx, name) })
 	s.Show(fmt.Sprintf("kubectl apply -f %s-pod.yaml   # busybox, claim %s as /dev/xvda, running sh -c:", name, claim),
 		"    "+script+"\npod/"+name+" created")
+}
+
+// PodSpec is a busybox Pod a story makes: its claim at /data (Block: as
+// /dev/xvda; no claim: an emptyDir at /data).
+type PodSpec struct {
+	Name, Claim string
+	Block       bool
+	Script      string
+	Once        bool   // run the script, then end (else run it, then stay up until deleted)
+	App         string // its app label (default lvm-stories)
+}
+
+// RunPod creates a Pod that runs its script, then stays up until deleted.
+// Its cleanup deletes it.
+func (s *Story) RunPod(ctx context.Context, p PodSpec) {
+	s.Must(s.createPod(ctx, p), "creating pod/%s", p.Name)
+	s.Cleanup(func(ctx context.Context) { s.DeletePod(ctx, p.Name) })
+	where := "claim " + p.Claim + " at /data"
+	switch {
+	case p.Claim == "":
+		where = "an emptyDir at /data"
+	case p.Block:
+		where = "claim " + p.Claim + " as /dev/xvda"
+	}
+	s.Show(fmt.Sprintf("kubectl apply -f %s-pod.yaml   # busybox, %s, running sh -c:", p.Name, where),
+		"    "+p.Script+"\npod/"+p.Name+" created")
+}
+
+func (s *Story) createPod(ctx context.Context, p PodSpec) error {
+	grace := int64(1) // busybox's sh as PID 1 ignores SIGTERM
+	if p.App == "" {
+		p.App = "lvm-stories"
+	}
+	c := corev1.Container{Name: "sh", Image: busybox, ImagePullPolicy: corev1.PullNever,
+		Command: []string{"sh", "-c", p.Script}}
+	restart := corev1.RestartPolicyNever
+	if !p.Once {
+		restart = corev1.RestartPolicyAlways
+		c.Command[2] = "trap 'exit 0' TERM; " + p.Script + "; sleep 3600 & wait"
+	}
+	vol := corev1.Volume{Name: "data"}
+	switch {
+	case p.Claim == "":
+		vol.EmptyDir = &corev1.EmptyDirVolumeSource{}
+		c.VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
+	case p.Block:
+		vol.PersistentVolumeClaim = &corev1.PersistentVolumeClaimVolumeSource{ClaimName: p.Claim}
+		c.VolumeDevices = []corev1.VolumeDevice{{Name: "data", DevicePath: "/dev/xvda"}}
+	default:
+		vol.PersistentVolumeClaim = &corev1.PersistentVolumeClaimVolumeSource{ClaimName: p.Claim}
+		c.VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: s.NS, Labels: map[string]string{"app": p.App}},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                 restart,
+			TerminationGracePeriodSeconds: &grace,
+			Containers:                    []corev1.Container{c},
+			Volumes:                       []corev1.Volume{vol},
+		},
+	}
+	_, err := s.Kube.CoreV1().Pods(s.NS).Create(ctx, pod, metav1.CreateOptions{})
+	return err
+}
+
+// WaitReady waits until each Pod is Ready; a Pod that failed ends the story.
+func (s *Story) WaitReady(ctx context.Context, names ...string) {
+	for _, name := range names {
+		s.Within(ctx, "pod/"+name+" Ready", func(ctx context.Context) (bool, string, error) {
+			pod, err := s.Kube.CoreV1().Pods(s.NS).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error(), nil
+			}
+			return podReady(pod)
+		})
+	}
+	s.Show("kubectl wait --for=condition=Ready pod/"+strings.Join(names, " pod/"),
+		"pod/"+strings.Join(names, " condition met\npod/")+" condition met")
+}
+
+// podReady is a Pod's state as a wait's condition: done when Ready, an
+// error when it failed.
+func podReady(pod *corev1.Pod) (bool, string, error) {
+	seen := "phase " + string(pod.Status.Phase)
+	for _, c := range pod.Status.ContainerStatuses {
+		if w := c.State.Waiting; w != nil {
+			seen += ", " + w.Reason + " " + w.Message
+		}
+	}
+	if pod.Status.Phase == corev1.PodFailed {
+		return false, seen, fmt.Errorf("pod/%s failed: %s", pod.Name, seen)
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+			return true, seen, nil
+		}
+	}
+	return false, seen, nil
 }
 
 // PodOutput waits until the Pod has run its script to the end and returns

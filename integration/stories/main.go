@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
@@ -55,6 +56,8 @@ func main() {
 	ns := flag.String("namespace", "default", "the namespace of the stories' PVCs and Pods")
 	vg := flag.String("vg", "vg1", "the volume group the classes use")
 	deadline := flag.Duration("wait", 10*time.Minute, "the deadline of each wait (a Pod started, a PV gone...)")
+	deploy := flag.String("deploy", "/opt/lvm-agent/deploy", "deploy/ (its examples' classes are applied as a user would)")
+	install := flag.String("install", "kustomize", "how lvm-agent was installed: kustomize, helm, host-lvmd or systemd")
 	clock := flag.Int("clock", 0, "seconds already on the headings' clock (node.sh passes its own)")
 	flag.Usage = func() {
 		fmt.Fprintln(os.Stderr, "usage: lvm-stories [flags] STORY...   (STORY: a name, or its part before the slash)")
@@ -100,7 +103,7 @@ func main() {
 	t0 := time.Now().Add(-time.Duration(*clock) * time.Second)
 	var failed []string
 	for _, i := range picked {
-		s := &Story{Name: stories[i].name, Kube: kube, NS: *ns, VG: *vg, Wait: *deadline,
+		s := &Story{Name: stories[i].name, Kube: kube, Config: cfg, Deploy: *deploy, Helm: *install == "helm", NS: *ns, VG: *vg, Wait: *deadline,
 			out: os.Stdout, t0: t0, times: os.Getenv("LVM_AGENT_GUEST_TIMES")}
 		if !s.run(ctx, stories[i].run) {
 			failed = append(failed, s.Name)
@@ -116,11 +119,14 @@ func main() {
 // Story is what a story is told with: its steps, what it shows, its
 // assertions and its cleanups, and the cluster and volume group.
 type Story struct {
-	Name string
-	Kube kubernetes.Interface
-	NS   string // the namespace of its objects
-	VG   string
-	Wait time.Duration // the deadline of each wait
+	Name   string
+	Kube   kubernetes.Interface
+	Config *rest.Config // for exec
+	Deploy string       // deploy/ as the guest has it (examples, overlays)
+	Helm   bool         // installed with helm (the operator's view is shown in its container)
+	NS     string       // the namespace of its objects
+	VG     string
+	Wait   time.Duration // the deadline of each wait
 
 	out      io.Writer
 	t0       time.Time // the headings' clock
