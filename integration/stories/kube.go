@@ -22,8 +22,13 @@ const busybox = "localhost/lvm-agent/busybox:guest"
 // done. cond says what it saw (the failure names the last), and returns an
 // error to end the story at once (a Pod that failed).
 func (s *Story) Within(ctx context.Context, what string, cond func(context.Context) (done bool, seen string, err error)) {
+	s.WithinFor(ctx, s.Wait, what, cond)
+}
+
+// WithinFor is Within with a deadline of its own.
+func (s *Story) WithinFor(ctx context.Context, deadline time.Duration, what string, cond func(context.Context) (done bool, seen string, err error)) {
 	seen, fatal := "nothing yet", error(nil)
-	err := wait.PollUntilContextTimeout(ctx, time.Second, s.Wait, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, time.Second, deadline, true, func(ctx context.Context) (bool, error) {
 		done, now, err := cond(ctx)
 		seen, fatal = now, err
 		return done, err
@@ -32,7 +37,7 @@ func (s *Story) Within(ctx context.Context, what string, cond func(context.Conte
 		s.Fatalf("waiting for %s: %v", what, fatal)
 	}
 	if err != nil {
-		s.Fatalf("no %s within %s (last seen: %s)", what, s.Wait, seen)
+		s.Fatalf("no %s within %s (last seen: %s)", what, deadline, seen)
 	}
 }
 

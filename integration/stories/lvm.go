@@ -21,6 +21,7 @@ const ownerTag = "lvm-agent.pvc."
 type LV struct {
 	Name       string
 	Tags       []string
+	Size       int64     // bytes
 	ExtentSize int64     // bytes
 	Extents    []Extents // its physical extents in the LV's order; none for a thin LV
 }
@@ -60,7 +61,7 @@ func (l LVs) Named(name string) (LV, bool) {
 // sizes in bytes.
 func lvsArgs(vg string) []string {
 	return []string{"lvs", "--reportformat", "json", "--units", "b", "--nosuffix",
-		"-o", "lv_name,lv_tags,seg_start_pe,seg_pe_ranges,vg_extent_size", vg}
+		"-o", "lv_name,lv_size,lv_tags,seg_start_pe,seg_pe_ranges,vg_extent_size", vg}
 }
 
 // parseLVs reads lvsArgs' report: an LV's segments are put in its order.
@@ -85,15 +86,16 @@ func parseLVs(report []byte) (LVs, error) {
 			start, err1 := strconv.ParseInt(row["seg_start_pe"], 10, 64)
 			size, err2 := strconv.ParseInt(row["vg_extent_size"], 10, 64)
 			extents, err3 := parseRanges(row["seg_pe_ranges"])
-			if name == "" || err1 != nil || err2 != nil || err3 != nil {
-				return nil, fmt.Errorf("lvs row %v: lv_name, seg_start_pe, vg_extent_size or seg_pe_ranges unreadable", row)
+			lvSize, err4 := strconv.ParseInt(row["lv_size"], 10, 64)
+			if name == "" || err1 != nil || err2 != nil || err3 != nil || err4 != nil {
+				return nil, fmt.Errorf("lvs row %v: lv_name, lv_size, seg_start_pe, vg_extent_size or seg_pe_ranges unreadable", row)
 			}
 			if _, seen := segments[name]; !seen {
 				var tags []string
 				if t := row["lv_tags"]; t != "" {
 					tags = strings.Split(t, ",")
 				}
-				lvs = append(lvs, LV{Name: name, Tags: tags, ExtentSize: size})
+				lvs = append(lvs, LV{Name: name, Tags: tags, Size: lvSize, ExtentSize: size})
 			}
 			segments[name] = append(segments[name], segment{start, extents})
 		}

@@ -37,9 +37,18 @@ var stories = []struct {
 	name string
 	run  func(context.Context, *Story)
 }{
+	{"cluster/emptydir", emptyDir}, // before lvm-agent is installed
+	{"demo/filesystem", demoFilesystem},
+	{"demo/block", demoBlock},
+	{"grow/ext4", growExt4},
+	{"grow/xfs", growXFS},
+	{"clone/thin-and-thick", clones},
 	{"wipe/thick", wipeThick},
 	{"wipe/thin", wipeThin},
 	{"wipe/clone", wipeClone},
+	{"full/too-large", tooLarge},
+	{"full/kills", killsBurst},
+	{"full/retain", retain},
 }
 
 // tools are commands of their own, named by the first argument; each is a
@@ -103,7 +112,7 @@ func main() {
 	t0 := time.Now().Add(-time.Duration(*clock) * time.Second)
 	var failed []string
 	for _, i := range picked {
-		s := &Story{Name: stories[i].name, Kube: kube, Config: cfg, Deploy: *deploy, Helm: *install == "helm", NS: *ns, VG: *vg, Wait: *deadline,
+		s := &Story{Name: stories[i].name, Kube: kube, Config: cfg, Deploy: *deploy, Install: *install, NS: *ns, VG: *vg, Wait: *deadline,
 			out: os.Stdout, t0: t0, times: os.Getenv("LVM_AGENT_GUEST_TIMES")}
 		if !s.run(ctx, stories[i].run) {
 			failed = append(failed, s.Name)
@@ -119,14 +128,14 @@ func main() {
 // Story is what a story is told with: its steps, what it shows, its
 // assertions and its cleanups, and the cluster and volume group.
 type Story struct {
-	Name   string
-	Kube   kubernetes.Interface
-	Config *rest.Config // for exec
-	Deploy string       // deploy/ as the guest has it (examples, overlays)
-	Helm   bool         // installed with helm (the operator's view is shown in its container)
-	NS     string       // the namespace of its objects
-	VG     string
-	Wait   time.Duration // the deadline of each wait
+	Name    string
+	Kube    kubernetes.Interface
+	Config  *rest.Config // for exec
+	Deploy  string       // deploy/ as the guest has it (examples, overlays)
+	Install string       // how lvm-agent was installed: kustomize, helm, host-lvmd or systemd
+	NS      string       // the namespace of its objects
+	VG      string
+	Wait    time.Duration // the deadline of each wait
 
 	out      io.Writer
 	t0       time.Time // the headings' clock

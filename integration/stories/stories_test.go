@@ -15,11 +15,11 @@ const lvsReport = `  {
       "report": [
           {
               "lv": [
-                  {"lv_name":"lv-b", "lv_tags":"lvm-agent.pvc.u2,other", "seg_start_pe":"4", "seg_pe_ranges":"/dev/vda:100-103", "vg_extent_size":"4194304"},
-                  {"lv_name":"lv-b", "lv_tags":"lvm-agent.pvc.u2,other", "seg_start_pe":"0", "seg_pe_ranges":"/dev/vda:10-13", "vg_extent_size":"4194304"},
-                  {"lv_name":"pool0", "lv_tags":"", "seg_start_pe":"0", "seg_pe_ranges":"pool0_tdata:0-255", "vg_extent_size":"4194304"},
-                  {"lv_name":"thin-1", "lv_tags":"lvm-agent.pvc.u3", "seg_start_pe":"0", "seg_pe_ranges":"", "vg_extent_size":"4194304"},
-                  {"lv_name":"lv-a", "lv_tags":"lvm-agent.pvc.u1", "seg_start_pe":"0", "seg_pe_ranges":"/dev/vda:0-15", "vg_extent_size":"4194304"}
+                  {"lv_name":"lv-b", "lv_size":"33554432", "lv_tags":"lvm-agent.pvc.u2,other", "seg_start_pe":"4", "seg_pe_ranges":"/dev/vda:100-103", "vg_extent_size":"4194304"},
+                  {"lv_name":"lv-b", "lv_size":"33554432", "lv_tags":"lvm-agent.pvc.u2,other", "seg_start_pe":"0", "seg_pe_ranges":"/dev/vda:10-13", "vg_extent_size":"4194304"},
+                  {"lv_name":"pool0", "lv_size":"268435456", "lv_tags":"", "seg_start_pe":"0", "seg_pe_ranges":"pool0_tdata:0-255", "vg_extent_size":"4194304"},
+                  {"lv_name":"thin-1", "lv_size":"16777216", "lv_tags":"lvm-agent.pvc.u3", "seg_start_pe":"0", "seg_pe_ranges":"", "vg_extent_size":"4194304"},
+                  {"lv_name":"lv-a", "lv_size":"67108864", "lv_tags":"lvm-agent.pvc.u1", "seg_start_pe":"0", "seg_pe_ranges":"/dev/vda:0-15", "vg_extent_size":"4194304"}
               ]
           }
       ]
@@ -32,7 +32,7 @@ func TestParseLVs(t *testing.T) {
 	require.Len(t, lvs, 4)
 	b, ok := lvs.Named("lv-b")
 	require.True(t, ok)
-	assert.Equal(t, LV{Name: "lv-b", Tags: []string{"lvm-agent.pvc.u2", "other"}, ExtentSize: 4 << 20,
+	assert.Equal(t, LV{Name: "lv-b", Tags: []string{"lvm-agent.pvc.u2", "other"}, Size: 32 << 20, ExtentSize: 4 << 20,
 		Extents: []Extents{{"/dev/vda", 10, 13}, {"/dev/vda", 100, 103}}}, b, "segments in the LV's order")
 	thin := lvs.Owned("u3")
 	require.Len(t, thin, 1)
@@ -44,8 +44,9 @@ func TestParseLVs(t *testing.T) {
 	_, ok = lvs.Named("gone")
 	assert.False(t, ok)
 
-	for _, bad := range []string{`not json`, `{"report":[{"lv":[{"lv_name":"x","seg_start_pe":"0","vg_extent_size":"4194304","seg_pe_ranges":"/dev/vda:5"}]}]}`,
-		`{"report":[{"lv":[{"lv_name":"x","seg_start_pe":"","vg_extent_size":"4194304","seg_pe_ranges":""}]}]}`} {
+	for _, bad := range []string{`not json`, `{"report":[{"lv":[{"lv_name":"x","lv_size":"4194304","seg_start_pe":"0","vg_extent_size":"4194304","seg_pe_ranges":"/dev/vda:5"}]}]}`,
+		`{"report":[{"lv":[{"lv_name":"x","lv_size":"4194304","seg_start_pe":"","vg_extent_size":"4194304","seg_pe_ranges":""}]}]}`,
+		`{"report":[{"lv":[{"lv_name":"x","lv_size":"","seg_start_pe":"0","vg_extent_size":"4194304","seg_pe_ranges":""}]}]}`} {
 		_, err := parseLVs([]byte(bad))
 		assert.Error(t, err, bad)
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // The wipe story (issue 64): a deleted volume's bytes never show in a
@@ -15,8 +17,8 @@ import (
 // blocks. Each check is made where the new volume is on the old one's
 // extents, or the story says it cannot tell.
 //
-// The classes are node.sh's: lvm-thick (deploy/examples) and lvm-thin-ext4
-// (scripts/guest/clone.sh, lvmd's device class "thin").
+// The classes: lvm-thick (deploy/examples) and lvm-thin-ext4 (lvmd's device
+// class "thin", as the clone story makes it).
 
 const (
 	thickClass = "lvm-thick"
@@ -36,6 +38,11 @@ func wipeThin(ctx context.Context, s *Story) {
 // emulation each MiB filled and read costs seconds (a thin pool's most).
 func wipeAgain(ctx context.Context, s *Story, class, first, second string, mib int64) {
 	size := fmt.Sprintf("%dMi", mib)
+	if class == thinClass {
+		s.Class(ctx, thinClass, "thin", "ext4", corev1.PersistentVolumeReclaimDelete)
+	} else {
+		s.ThickClass(ctx)
+	}
 	s.Step(fmt.Sprintf("A Block PVC %s of %s in %s: its Pod fills the whole device with markers", first, size, class),
 		fmt.Sprintf("Each marker is %q, 16 bytes. The node counts them on the LV the PV names and reads where its extents are.", marker))
 	s.BlockPVC(ctx, first, class, size, "")
@@ -89,6 +96,7 @@ func wipeAgain(ctx context.Context, s *Story, class, first, second string, mib i
 // left dirty by an LV that is not lvm-agent's: the tail reads zeros.
 func wipeClone(ctx context.Context, s *Story) {
 	const source, dirtyLV = "lvm-agent clone source", "wipe-dirty"
+	s.ThickClass(ctx)
 	s.Step("A source: a Block PVC wipe-src of 16Mi in "+thickClass+"; its Pod zeroes the device and writes a line at its start",
 		"The Pod is deleted then: a thick clone is copied only while no Pod uses its source.")
 	s.BlockPVC(ctx, "wipe-src", thickClass, "16Mi", "")

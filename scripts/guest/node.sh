@@ -4,28 +4,16 @@
 # command a user would type and its output, and checks the result against
 # `lvm lvs` and the objects. One script, three modes:
 #
-#   demo   (`make demo`) the core story: the cluster comes up (cluster.sh);
-#          lvm-agent installed as a user would (`kubectl apply -k
-#          deploy/overlays/guest`: the agent and topolvm's lvmd as a
-#          DaemonSet, lvmd running the node's lvm through nsenter, on vg1,
-#          the VG deploy/base's lvmd config names (on --vg-device); the
-#          provisioner Deployment); deploy/examples' thick StorageClass, a
-#          Filesystem PVC and a Pod that writes and fsyncs a file; the Pod
-#          deleted and created again reads the same bytes; a volumeMode: Block
-#          PVC whose Pod writes and reads raw bytes (the node reads them on the
-#          LV too); both deleted.
+#   demo   (`make demo`) the cluster comes up (cluster.sh); lvm-agent
+#          installed as a user would (`kubectl apply -k deploy/overlays/guest`:
+#          the agent and topolvm's lvmd as a DaemonSet on vg1, on --vg-device;
+#          the provisioner Deployment); then the stories a user reads
+#          (lvm-stories demo grow clone: integration/stories says each).
 #   full   (`make node`, `make test-node`: part of `make test`) a Pod with an
-#          emptyDir first, then the demo, then the rest of issue 13's scenario:
-#          a PVC larger than vg1 stays Pending with a FailedScheduling/
-#          ProvisioningFailed event and no LV; ten PVCs and Pods in one apply
-#          while the agent's Pod is deleted and lvmd, kubelet, containerd
-#          and kube-apiserver are killed in turn (make test-faults' kills in
-#          one burst, its audit after: each claim Bound with one LV of its
-#          size, nothing orphaned, open or failed, an LV not lvm-agent's
-#          untouched), every Pod's synced file read back; all ten deleted
-#          while the agent is killed, until their PVs and LVs are gone; a Retain class (thick on vg1: the guest's lvmd config
-#          has no thin class) keeps its LV, tagged lvm-agent.retained, with the
-#          PV Released.
+#          emptyDir first (lvm-stories cluster), then the demo's stories,
+#          then lvm-stories wipe full: no deleted volume's bytes in the next;
+#          a claim too large for vg1; ten claims while the node's parts are
+#          killed, audited as make test-faults' rounds are; a Retain class.
 #   bench  (`make bench-node`) after the install: PVC created -> Pod Running,
 #          RUNS times (one warm-up run first, not counted), each run's
 #          breakdown and the medians (see bench() below for the boundaries);
@@ -49,7 +37,7 @@
 #          claims created and deleted until the power cut; --phase check
 #          (the next boot on the disk): the cluster started again on its
 #          state, then the audit (scripts/guest/powercut-cluster.sh).
-#   stories  after the install, the classes and lvm-stories' stories alone (full runs them after the clones).
+#   stories  after the install, lvm-stories' wipe stories alone.
 #
 #   node.sh [--bin DIR] [--mode demo|full|bench|faults|peers|powercut|stories] [--phase write|check] [--runs N] [--bench LIST]
 #           [--install kustomize|helm|host-lvmd|systemd] [--vg-device DEV] [--peers ARGS] [--faults LIST]
@@ -63,14 +51,13 @@
 #       --install host-lvmd|systemd (make test-faults): the node as bare-metal
 #       users run it, lvmd a host service (with deploy/base's config); the
 #       agent from deploy/overlays/host-lvmd, or a host process started as
-#       deploy/systemd's unit starts it (host_install). Their stories skip
-#       the clones, which need deploy/overlays/clones.
+#       deploy/systemd's unit starts it (host_install), for the faults.
 # Exit code 0 only when every step worked.
 set -Eeuo pipefail # -E: the ERR trap (dump) fires in functions too
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 bin=/opt/lvm-agent mode=full runs=5 benches=create,grow,clone install=kustomize vg_device='' peers='' faults=agent,lvmd,lvmd-away,kubelet,containerd,kube-apiserver,vg-full
-usage() { sed -n '2,68s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2; }
+usage() { sed -n '2,55s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
     --bin) bin=$2; shift 2 ;;
@@ -282,8 +269,6 @@ spec:
   $source
 YAML
 }
-pod() { pod_yaml "$@" | kubectl apply -f -; }
-pvc() { pvc_yaml "$@" | kubectl apply -f -; }
 volumes() { lvm lvs --noheadings -S 'lv_name!=pool0' "$@" vg1; } # vg1's LVs but the thin pool
 storage_class() { # storage_class NAME VOLUME_GROUP FS [RECLAIM]: a class of lvm-agent's provisioner that may grow
   kubectl apply -f - <<YAML
@@ -297,11 +282,6 @@ reclaimPolicy: ${4:-Delete}
 parameters: {volumeGroup: $2, fsType: $3}
 YAML
 }
-owned() { # owned CLAIM: how many LVs of vg1 carry CLAIM's ownership tag
-  local uid
-  uid=$(kubectl get pvc "$1" -o jsonpath='{.metadata.uid}')
-  lvm lvs --noheadings -o lv_tags vg1 | grep -c -E "lvm-agent\.pvc\.$uid(,|[[:space:]]*\$)" || true
-}
 # cpu_table: where the guest's CPU went, to look for what to cut (make
 # test's budget): CPU seconds since boot per process name, with the children
 # it reaped (bash's: the kubectl runs of these scripts; lvmd's: its lvm
@@ -314,21 +294,6 @@ cpu_table() {
   # pipefail the step (a cold .ci/run failed there, after every check).
   { cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk '{ c = $2; sub(/^.*\) /, ""); t[c] += ($12 + $13 + $14 + $15) / 100 }
     END { for (c in t) printf "%10.1f %s\n", t[c], c }' | sort -rn | awk 'NR <= 15'
-}
-# burst_times: where the ten claims' time went, from the API server's
-# timestamps (whole seconds): when each claim's PV was made and when its Pod
-# became Ready, after the claims were created ($epoch0); the kills took
-# $killed s. Provisioning or the Pods' start: what to look at first.
-burst_times() {
-  local made ready
-  at() { date -u -d "$(sed 's/T/ /; s/Z$//' <<<"$1")" +%s; }
-  # since TIMESTAMP...: each minus epoch0, sorted; then "min median max".
-  since() { for ts in "$@"; do echo $(($(at "$ts") - epoch0)); done | sort -n | awk '{ v[NR] = $1 } END { printf "%d %d %d", v[1], v[int((NR + 1) / 2)], v[NR] }'; }
-  # shellcheck disable=SC2046 # one word per timestamp
-  made=$(since $(kubectl get pv -o jsonpath='{range .items[*]}{.spec.claimRef.name} {.metadata.creationTimestamp}{"\n"}{end}' | awk '$1 ~ /^many-/ { print $2 }'))
-  # shellcheck disable=SC2046
-  ready=$(since $(kubectl get pod -l app=many -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].lastTransitionTime}{"\n"}{end}'))
-  echo "node: the burst, in s after the claims were created (min median max): PVs made $made; Pods Ready $ready; the kills done at $killed"
 }
 within() { # within SECONDS WHAT COMMAND...: COMMAND succeeds before the deadline
   local end=$((SECONDS + $1)) what=$2
@@ -490,14 +455,9 @@ if [ "$mode" = peers ]; then
   exit 0
 fi
 
-if [ "$mode" = full ]; then
-  step "A Pod with an emptyDir" "The cluster runs Pods and answers kubectl exec before lvm-agent is installed."
-  # shellcheck disable=SC2016 # the Pod's shell expands it
-  pod hello 'echo hello from $(cat /etc/hostname) >/data/hello' '' node emptyDir
-  show kubectl wait --for=condition=Ready pod/hello --timeout=600s
-  show kubectl exec hello -- cat /data/hello
-fi
-
+# The guest's stories in Go (integration/stories: lvm-stories STORY...).
+stories() { step_time; lvm-stories -clock $((SECONDS - t0)) -deploy "$bin/deploy" -install "$install" "$@"; }
+[ "$mode" != full ] || stories cluster # before lvm-agent
 if [ "$install" = helm ]; then
   step "Install lvm-agent as a user would: helm install" \
     "charts/lvm-agent with this guest's image names and pullPolicy Never, and clones on (agent.thickClones, lvmd's" \
@@ -531,9 +491,7 @@ show kubectl get node "$(hostname)" -o jsonpath='{.metadata.annotations.csi\.ali
   exit 0
 }
 [ "$mode" != powercut ] || { pc_write; exit 1; } # pc_write ends in the power cut
-# The guest's stories in Go (integration/stories: lvm-stories STORY...), with the classes they use.
-stories() { step_time; lvm-stories -clock $((SECONDS - t0)) wipe; }
-[ "$mode" != stories ] || { kubectl apply -f "$bin/deploy/examples/storageclass-thick.yaml"; storage_class lvm-thin-ext4 thin ext4; stories; step "stories: OK"; exit 0; }
+[ "$mode" != stories ] || { stories wipe; step "stories: OK"; exit 0; }
 [ "$mode" != bench ] || {
   step "Bench: the agent at --v=2, which logs each request's lvmd calls with their times (the growth rows read them)"
   show kubectl -n lvm-agent patch daemonset lvm-agent --type json -p '[{"op":"test","path":"/spec/template/spec/containers/0/name","value":"lvm-agent"},{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--v=2"}]'
@@ -546,190 +504,11 @@ stories() { step_time; lvm-stories -clock $((SECONDS - t0)) wipe; }
   exit 0
 }
 
-step "A StorageClass, a PVC and a Pod that writes to it" \
-  "The class is deploy/examples/storageclass-thick.yaml: thick LVs in vg1, ext4 on first mount." \
-  "The Pod writes a file and fsyncs it."
-show kubectl apply -f "$bin/deploy/examples/storageclass-thick.yaml"
-{ pvc_yaml data 256Mi; pod_yaml writer 'echo written by the first Pod >/data/file && sync /data/file'; } >"$CLUSTER_DIR/data.yaml"
-show cat "$CLUSTER_DIR/data.yaml"
-show kubectl apply -f "$CLUSTER_DIR/data.yaml"
-show kubectl wait --for=condition=Ready pod/writer --timeout=600s
-echo "    The scheduler picked the node, the provisioner asked that node's agent, the agent had lvmd make the LV:"
-show kubectl get pvc,pv
-show kubectl exec writer -- cat /data/file
-show lvm lvs -o lv_name,lv_size,lv_attr,lv_tags vg1
-[ "$(owned data)" = 1 ]
-if [ "$install" = helm ]; then
-  step "The operator's view: lvm-agent volume status -o json, lvm-agent --version" \
-    "Run in the agent's container, which has the node's name, its lvmd socket and the device-class map."
-  show kubectl -n lvm-agent exec ds/lvm-agent -c lvm-agent -- /lvm-agent volume status -o json | tee "$CLUSTER_DIR/status.json"
-  data_pv=$(kubectl get pvc data -o jsonpath='{.spec.volumeName}')
-  grep -q "\"object\": \"pvc/default/data\"" "$CLUSTER_DIR/status.json" && grep -q "$data_pv" "$CLUSTER_DIR/status.json" &&
-    grep -q '"check": "ok"' "$CLUSTER_DIR/status.json"
-  show kubectl -n lvm-agent exec ds/lvm-agent -c lvm-agent -- /lvm-agent --version | tee "$CLUSTER_DIR/version.txt"
-  ! grep -q -e unknown -e '(devel)' "$CLUSTER_DIR/version.txt"
-fi
-
-step "The Pod deleted and created again: the same bytes" \
-  "The data lives on the LV, not in the Pod."
-show kubectl delete pod writer --wait
-pod reader true
-show kubectl wait --for=condition=Ready pod/reader --timeout=600s
-show kubectl exec reader -- cat /data/file
-[ "$(kubectl exec reader -- cat /data/file)" = "written by the first Pod" ]
-
-step "A volumeMode: Block PVC: raw bytes on the device" \
-  "The Pod gets the LV itself as /dev/xvda, no file system; it writes bytes with dd and reads them back."
-pvc raw 64Mi lvm-thick Block
-pod raw "printf 'raw bytes on an lvm-agent LV' | dd of=/dev/xvda bs=512 conv=sync,notrunc && sync" raw node Block
-show kubectl wait --for=condition=Ready pod/raw --timeout=600s
-# Ready comes when the container starts, maybe before its dd ran.
-raw_read() { [ "$(kubectl exec raw -- dd if=/dev/xvda bs=28 count=1 2>/dev/null)" = "raw bytes on an lvm-agent LV" ]; }
-within 120 "bytes on pod/raw's device" raw_read
-show kubectl get pvc raw -o jsonpath='{.spec.volumeMode} {.status.phase} {.spec.volumeName}{"\n"}'
-show kubectl exec raw -- dd if=/dev/xvda bs=28 count=1 status=none
-echo
-show lvm lvs -o lv_name,lv_size,lv_tags vg1
-[ "$(owned raw)" = 1 ]
-echo "    The node reads the same bytes on the LV the PV names:"
-dev=$(kubectl get pv "$(kubectl get pvc raw -o jsonpath='{.spec.volumeName}')" -o jsonpath='{.spec.local.path}')
-show dd if="$dev" bs=28 count=1 status=none
-echo
-[ "$(dd if="$dev" bs=28 count=1 2>/dev/null)" = "raw bytes on an lvm-agent LV" ]
-
-. "$here/expand.sh" # volumes grow under running Pods (issue 26)
-# clones, thin and thick (issue 27): deploy/overlays/clones, which the host
-# installs are not
-[ "$install" = host-lvmd ] || [ "$install" = systemd ] || . "$here/clone.sh"
-[ "$mode" != full ] || stories # after clone.sh made the thin class
-
-step "The PVCs deleted: their PVs and LVs go" \
-  "reclaimPolicy: Delete: the provisioner asks the agent to remove the LV, then deletes the PV."
-pvs=$(kubectl get pvc data raw -o jsonpath='{range .items[*]}pv/{.spec.volumeName} {end}')
-show kubectl delete pod reader raw --wait
-show kubectl delete pvc data raw --wait
-# shellcheck disable=SC2086 # one word per PV
-show kubectl wait --for=delete $pvs --timeout=600s
-show kubectl get pv
-show lvm lvs vg1
-[ -z "$(volumes)" ]
 if [ "$mode" = demo ]; then
+  stories demo grow clone
   step "demo: OK" "Next: README.md's 'Storage for a Pod' for a real cluster; make test runs the full scenario (scripts/guest/node.sh --mode full)."
   exit 0
 fi
-step "A PVC larger than the VG (2 GiB): Pending, an event says why, no LV"
-pvc huge 8Gi
-pod huge true huge
-huge_event() {
-  kubectl get events --field-selector involvedObject.name=huge \
-    -o jsonpath='{range .items[*]}{.reason}{": "}{.message}{"\n"}{end}' |
-    grep -E '^(ProvisioningFailed|FailedScheduling):'
-}
-within 300 "event on pvc/huge or pod/huge" huge_event
-show kubectl get events --field-selector involvedObject.name=huge
-show kubectl get pvc huge
-[ "$(kubectl get pvc huge -o jsonpath='{.status.phase}')" = Pending ]
-show lvm lvs vg1
-[ "$(owned huge)" = 0 ]
-[ -z "$(volumes)" ]
-show kubectl delete pod huge --wait
-show kubectl delete pvc huge --wait
-
-step "Ten PVCs and Pods at once while the node's parts are killed" \
-  "make test-faults' kills in one burst: while the claims are provisioned and the Pods start, kill -9 of the lvmd sidecar," \
-  "the agent's Pod deleted, kill -9 of kubelet, of containerd and of kube-apiserver (each started again, as a node's" \
-  "service manager does, before the next). An LV that is not lvm-agent's must come out untouched."
-make_foreign
-for i in $(seq 1 10); do
-  pvc_yaml "many-$i" 64Mi lvm-thick Filesystem many
-  pod_yaml "many-$i" "echo claim $i >/data/file && sync /data/file" "many-$i" many
-done >"$CLUSTER_DIR/many.yaml"
-echo "\$ kubectl apply -f many.yaml   # ten PVCs many-1..10 of 64Mi, ten Pods using them"
-kubectl apply -f "$CLUSTER_DIR/many.yaml"
-t=$SECONDS
-epoch0=$(date +%s)
-# In turn: each back before the next, as its service manager keeps it (a
-# kubelet started while containerd is down exits; systemd would start it
-# again, cluster.sh restart does not). kube-apiserver is killed, not
-# stopped: a graceful stop waits a minute for its watches to drain
-# (make test-faults' own round stops it so).
-kubelet_healthy() { wget -q -O /dev/null http://127.0.0.1:10248/healthz 2>/dev/null; }
-containerd_serving() { ctr version >/dev/null 2>&1; }
-show fault lvmd
-show kubectl -n lvm-agent delete pod -l app.kubernetes.io/name=lvm-agent --wait=false
-show fault kubelet
-within 120 "kubelet healthy" kubelet_healthy
-show fault containerd
-within 120 "containerd serving" containerd_serving
-show cluster.sh restart kube-apiserver KILL
-killed=$((SECONDS - t))
-# The API server may still be starting: a failed wait is tried again.
-within 900 "ten Pods Ready" kubectl wait --for=condition=Ready pod -l app=many --timeout=60s
-n=$((SECONDS - t))
-show kubectl -n lvm-agent rollout status daemonset/lvm-agent --timeout=600s
-show kubectl get pvc -l app=many
-show lvm lvs -o lv_name,lv_size,lv_tags vg1
-show kubectl -n lvm-agent get pods
-# lvmd's listings as the agent counted them (lvmbackend.Shared): the agent's
-# Pod was deleted during the burst, so these are its successor's.
-ip=$(kubectl -n lvm-agent get pods -l app.kubernetes.io/name=lvm-agent -o jsonpath='{.items[0].status.podIP}')
-got=$(wget -q -O - "http://$ip:8495/metrics" 2>/dev/null || true) # read whole: see lvmd_away
-echo "node: the agent started during the burst: lvmd listings $(awk '$1 ~ /^lvm_agent_lvmd_lists_total/ { printf "%s %s; ", $1, $2 }' <<<"$got")creates $(awk '$1 == "lvm_agent_operations_total{kind=\"create\",result=\"created\"}" { print $2 }' <<<"$got")"
-# make test-faults' audit: each claim Bound with one LV of at least its
-# size, no orphan, no request open or failed, foreign untouched.
-claims_app=many audit 10
-# shellcheck disable=SC2154 # audit_row: set by kills.sh's audit, sourced above
-rows="lvmd,agent-pod,kubelet,containerd,kube-apiserver 10 0 $n $audit_row"$'\n'
-echo "audit: $audit_row (lost duplicated orphaned open failed foreign)"
-[ "$audit_row" = "0 0 0 0 0 0" ]
-burst_times
-# Each Pod's file, read on the node where kubelet mounted its claim's LV for
-# it (one kubectl run for all ten, not a kubectl exec each).
-kubectl get pod -l app=many -o jsonpath='{range .items[*]}{.metadata.name} {.metadata.uid} {.spec.volumes[0].persistentVolumeClaim.claimName}{"\n"}{end}' >"$CLUSTER_DIR/many.pods"
-kubectl get pvc -l app=many -o jsonpath='{range .items[*]}{.metadata.name} {.spec.volumeName}{"\n"}{end}' >"$CLUSTER_DIR/many.pvs"
-[ "$(wc -l <"$CLUSTER_DIR/many.pods")" = 10 ]
-while read -r name uid claim; do
-  pv=$(awk -v c="$claim" '$1 == c { print $2 }' "$CLUSTER_DIR/many.pvs")
-  file=/var/lib/kubelet/pods/$uid/volumes/kubernetes.io~local-volume/$pv/file
-  # shellcheck disable=SC2016 # eval expands it
-  within 120 "$file (pod/$name's claim $claim)" eval '[ "$(cat "$file" 2>/dev/null)" = "claim ${claim#many-}" ]'
-done <"$CLUSTER_DIR/many.pods"
-show cat /var/lib/kubelet/pods/*/volumes/kubernetes.io~local-volume/*/file
-echo "node: ten claims Bound, exactly one LV each, every Pod's synced file read back"
-
-step "All ten deleted while the agent is killed: the PVs released, deleted, gone; no LV left"
-pvs=$(kubectl get pvc -l app=many -o jsonpath='{range .items[*]}pv/{.spec.volumeName} {end}')
-show kubectl delete pod -l app=many --wait
-show kubectl delete pvc -l app=many --wait
-t=$SECONDS
-show fault agent
-show kubectl get pv
-# shellcheck disable=SC2086 # one word per PV
-within 900 "the ten PVs gone" kubectl wait --for=delete $pvs --timeout=60s
-only_foreign() { local l; l=$(volumes -o lv_name) && ! grep -qvxE '[[:space:]]*(foreign)?' <<<"$l"; } # not piped: see lvmd_away
-within 120 "the ten LVs gone" only_foreign
-n=$((SECONDS - t))
-show lvm lvs vg1
-claims_app=many audit 0
-rows+="agent 0 10 $n $audit_row"
-kills_table "$rows" # make test-faults' figures: recover s from the first kill
-[ "$audit_row" = "0 0 0 0 0 0" ]
-show lvm lvremove -q -y vg1/foreign
-[ -z "$(volumes)" ]
-
-step "A Retain class keeps its LV"
-storage_class lvm-thick-retain vg1 ext4 Retain
-pvc kept 64Mi lvm-thick-retain
-pod keeper 'echo kept >/data/file && sync /data/file' kept
-show kubectl wait --for=condition=Ready pod/keeper --timeout=600s
-pv=$(kubectl get pvc kept -o jsonpath='{.spec.volumeName}')
-uid=$(kubectl get pvc kept -o jsonpath='{.metadata.uid}')
-show kubectl delete pod keeper --wait
-show kubectl delete pvc kept --wait
-show kubectl wait --for=jsonpath='{.status.phase}'=Released "pv/$pv" --timeout=600s
-show kubectl get pv "$pv"
-show lvm lvs -o lv_name,lv_size,lv_tags vg1
-tags=,$(volumes -o lv_tags | tr -d ' '),  # the only LV
-[[ $tags == *",lvm-agent.pvc.$uid,"* && $tags == *,lvm-agent.retained,* ]]
+stories demo grow clone wipe full
 cpu_table
 step "node: OK"
