@@ -128,3 +128,23 @@ func TestScriptsAndCounts(t *testing.T) {
 	assert.Contains(t, s, `echo "tail: $n markers`)
 	assert.False(t, strings.Contains(markerLine, "'"), "quoted in the scripts")
 }
+
+func TestSpread(t *testing.T) {
+	assert.Equal(t, "none", spread(nil))
+	assert.Equal(t, "1 3 9", spread([]float64{9, 1, 3}))
+	assert.Equal(t, "1 4 9", spread([]float64{9, 1, 3, 4}), "an even count: the upper middle value")
+}
+
+func TestAuditRow(t *testing.T) {
+	assert.True(t, Audit{}.Zero())
+	a := Audit{Lost: 1, Orphan: 2, Foreign: 1}
+	assert.False(t, a.Zero())
+	assert.Equal(t, "1 0 2 0 0 1", a.String(), "lost duplicated orphaned open failed foreign")
+}
+
+func TestHasArg(t *testing.T) {
+	cmdline := []byte("/lvm-agent\x00--lvmd-socket=/run/lvmd.sock\x00--v=2\x00")
+	assert.True(t, hasArg(cmdline, "--lvmd-socket="))
+	assert.False(t, hasArg(cmdline, "--lvmd-socket=/other"))
+	assert.False(t, hasArg([]byte("/lvm-agent\x00provisioner\x00"), "--lvmd-socket="), "the provisioner runs the same binary")
+}
