@@ -410,7 +410,7 @@ watch_loop() {
     sleep 0.2
   done
 }
-# The claims' and volumes' states, each hop of the timeline (timeline.awk):
+# The claims' and volumes' states, each hop of the timeline (integration/timeline):
 # the node selected, lvm-agent's request and answer (volume.lifecycle), the
 # volume named, the PV's phase and capacity, the resize's allocated size
 # and status, the capacity kubelet finished a grow with; the Pods' node and
@@ -696,11 +696,11 @@ report() {
       awk '{ t = $1; sum[t] += $3 } END { m = 0; for (t in sum) if (sum[t] > m) m = sum[t]; printf "%.1f", m / 1024 }')"
   done | tee -a "$w/report.txt"
   event_writes | tee -a "$w/report.txt"
-  # Every hop's median, and the SVG of them (scripts/guest/timeline.awk).
+  # Every hop's median, and the SVG of them (integration/timeline).
   local logs
   mapfile -t logs < <(find "$w/logs" -maxdepth 1 -type f -name '*.log' -o -type f -name 'live.*.txt')
-  awk -f "$here/timeline.awk" -v svg="$w/timeline.svg" \
-    -v title="make bench-peers: where the seconds go, one volume at a time ($runs x $rounds rounds, $size $fs)" \
+  lvm-stories timeline -svg "$w/timeline.svg" \
+    -title "make bench-peers: where the seconds go, one volume at a time ($runs x $rounds rounds, $size $fs)" \
     "$w/watch.log" "$w/gone.log" "$w/grown.log" ${logs[@]+"${logs[@]}"} | tee -a "$w/report.txt"
   echo "the timeline drawn: $w/timeline.svg" | tee -a "$w/report.txt"
   echo "image bytes (the tarballs the guest imported):" | tee -a "$w/report.txt"

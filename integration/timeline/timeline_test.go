@@ -1,9 +1,8 @@
-package integration
+package timeline_test
 
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -12,15 +11,17 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/lvm-agent/lvm-agent/integration/timeline"
 )
 
-// make bench-peers' timeline (scripts/guest/timeline.awk) on the lines the
-// bench keeps, written here as the watches, containerd, lvmd, the agent and
+// make bench-peers' timeline (lvm-stories timeline) on the lines the bench
+// keeps, written here as the watches, containerd, lvmd, the agent and
 // kubelet write them: each hop at its time since the operation began, for
 // both stacks, the agent's steps placed inside its done line's duration,
 // TopoLVM's LV joined to its claim through volume ID, LogicalVolume and PV,
 // and the SVG with a bar per hop and stack.
-func TestPeersTimeline(t *testing.T) {
+func TestTimeline(t *testing.T) {
 	dir := t.TempDir()
 	base := time.Date(2026, 12, 5, 8, 0, 0, 0, time.UTC)
 	at := func(s float64) time.Time { return base.Add(time.Duration(s * float64(time.Second))) }
@@ -112,11 +113,12 @@ func TestPeersTimeline(t *testing.T) {
 	logs, err := filepath.Glob(filepath.Join(dir, "logs", "*.log"))
 	require.NoError(t, err)
 	svg := filepath.Join(dir, "timeline.svg")
-	args := append([]string{"-f", filepath.Join("..", "scripts", "guest", "timeline.awk"), "-v", "svg=" + svg, "-v", "title=test",
+	args := append([]string{"-svg", svg, "-title", "test",
 		filepath.Join(dir, "watch.log"), filepath.Join(dir, "gone.log"), filepath.Join(dir, "grown.log")}, logs...)
-	out, err := exec.Command("awk", args...).CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	report := string(out)
+	var out, errOut strings.Builder
+	require.Equal(t, 0, timeline.Command(args, &out, &errOut), "%s", errOut.String())
+	assert.Empty(t, errOut.String())
+	report := out.String()
 	t.Log(report)
 
 	// hop returns the row's two columns (lvm-agent, TopoLVM) in the section
@@ -173,4 +175,12 @@ func TestPeersTimeline(t *testing.T) {
 	// A bar per hop each stack has: lvm-agent 12 + 9 + 8, TopoLVM 8.
 	assert.Equal(t, 12+9+8, strings.Count(string(drawn), `fill="#1f77b4"><title>`), "lvm-agent's bars")
 	assert.Equal(t, 8, strings.Count(string(drawn), `fill="#ff7f0e"><title>`), "TopoLVM's bars")
+	// Each bar where the printed medians put it: TopoLVM's LV made, after
+	// three hops it does not have, from its request at 1.00 s (59 px a
+	// second: lvm-agent's Pod Running at 10 s spans the 590 px).
+	printed, err := timeline.ParseReport(strings.NewReader(report))
+	require.NoError(t, err)
+	assert.Empty(t, barDifferences(t, string(drawn), printed))
+	assert.Contains(t, svgBars(t, string(drawn)), drawnBar{op: "create", stack: "TopoLVM", hop: "lvmd CreateLV returned / LV made",
+		value: "2.00", x: 359.0, width: 59.0})
 }
