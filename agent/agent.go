@@ -84,8 +84,9 @@ type Agent struct {
 	client  apiclient.Interface
 	backend lvmbackend.Backend
 	// shared is backend when it shares lvmd's listings (cfg.ShareReads),
-	// else nil: a grow confirms its kept listing with the kernel, and each
-	// answer has aging listings read again (Refresh).
+	// else nil: a create's reads may be up to ReadMaxAge old (reads.go), a
+	// grow confirms its kept listing with the kernel, and each answer has
+	// aging listings read again (Refresh).
 	shared   *lvmbackend.Shared
 	recorder record.EventRecorder
 	inf      *kube.Informers

@@ -193,11 +193,12 @@ func (g *OrphanGC) Pass(ctx context.Context) (GCResult, error) {
 }
 
 func (g *OrphanGC) candidates(ctx context.Context) ([]candidate, error) {
-	// Fresh listings: an orphan is an LV this agent did not make or lost
-	// track of, which a kept listing may not show yet.
-	lctx, cancel := context.WithTimeout(lvmbackend.WithFresh(ctx), g.a.cfg.OpTimeout)
+	// Listings begun now (ListVolumes): an orphan is an LV this agent did
+	// not make or lost track of, which a kept listing may not show yet.
+	// Only the classes' names may be older.
+	lctx, cancel := context.WithTimeout(ctx, g.a.cfg.OpTimeout)
 	defer cancel()
-	caps, err := g.a.backend.Capacity(lctx)
+	caps, err := g.a.capacityWithin(lctx)
 	if err != nil {
 		return nil, fmt.Errorf("list device classes: %w", err)
 	}

@@ -145,16 +145,16 @@ func (a *Agent) create(ctx context.Context, pvc *corev1.PersistentVolumeClaim, s
 	// a rollout's second pod, made after this agent's kept listings began:
 	// they would not show it, and a request under another name would get a
 	// second LV. Its listings begin now.
-	lctx := ctx
+	list := a.listWithin
 	if pvc.Annotations[kube.AnnDevice] != "" {
-		lctx = lvmbackend.WithFresh(ctx)
+		list = a.backend.ListVolumes
 	}
 	others := make(chan found, 1)
 	go func() {
-		out, ok := a.elsewhere(lctx, t, tag)
+		out, ok := a.elsewhere(ctx, t, tag, list)
 		others <- found{out, ok}
 	}()
-	lvs, err := a.backend.ListVolumes(lctx, t.deviceClass)
+	lvs, err := list(ctx, t.deviceClass)
 	st.done("lvmdList")
 	switch {
 	case errors.Is(err, lvmbackend.ErrUnknownDeviceClass):
@@ -341,9 +341,9 @@ func (a *Agent) existing(lv *lvmbackend.Volume, spec kube.CreateSpec, t target, 
 // group is refused, not answered with a second LV. A class that cannot be
 // listed for any reason but lvmd being down (google/lvmd cannot list a VG
 // that holds a thin pool) is logged and passed over, so that it cannot
-// block every create on the node.
-func (a *Agent) elsewhere(ctx context.Context, t target, tag string) (outcome, bool) {
-	caps, err := a.backend.Capacity(ctx)
+// block every create on the node. list reads each class (the create's).
+func (a *Agent) elsewhere(ctx context.Context, t target, tag string, list func(context.Context, string) ([]lvmbackend.Volume, error)) (outcome, bool) {
+	caps, err := a.capacityWithin(ctx)
 	if err != nil {
 		return retry(err), true
 	}
@@ -351,7 +351,7 @@ func (a *Agent) elsewhere(ctx context.Context, t target, tag string) (outcome, b
 		if c.DeviceClass == t.deviceClass {
 			continue
 		}
-		lvs, err := a.backend.ListVolumes(ctx, c.DeviceClass)
+		lvs, err := list(ctx, c.DeviceClass)
 		switch {
 		case errors.Is(err, lvmbackend.ErrUnavailable):
 			return retry(err), true
@@ -437,7 +437,7 @@ func (a *Agent) plain(ctx context.Context, lv *lvmbackend.Volume, t target) (out
 	}
 	// The listing remove's GetVolume has just read (it is kept): as fresh
 	// as lv itself.
-	lvs, err := a.backend.ListVolumes(ctx, t.deviceClass)
+	lvs, err := a.listWithin(ctx, t.deviceClass)
 	if err != nil {
 		return retry(err), false
 	}

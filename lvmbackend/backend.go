@@ -129,7 +129,9 @@ type ThinPoolUsage struct {
 	DataPercent, MetadataPercent float64
 }
 
-// Backend is one lvmd dialect.
+// Backend is one lvmd dialect. Its reads answer as the node is after the
+// call began, never from an earlier read: a reader that may take an older
+// answer asks Shared's Within reads for one, with the bound on its age.
 type Backend interface {
 	// GetVolume returns the named volume, or an error wrapping ErrNotFound.
 	GetVolume(ctx context.Context, deviceClass, name string) (*Volume, error)

@@ -19,26 +19,21 @@ import (
 // cluster power cut's recovery: eight workers answered in bursts of eight,
 // 90 s apart).
 //
-// What it shares, per device class:
-//   - ListVolumes (what a create reads: names, tags, sizes) is answered
-//     from the class's last listing while it is younger than MaxAge. The
-//     agent's own writes through this Backend are applied to it as they
-//     succeed (an LV made, removed, grown), so a burst of this agent's
-//     creates costs one listing, not one each. A write whose outcome is
-//     unknown (an error) drops the listing. Changes made by anything else
-//     on the node are seen within MaxAge; a create cannot hurt them even
-//     then, because lvcreate refuses a name that is taken and the agent
-//     judges that refusal by a fresh GetVolume. (A caller whose decision
-//     needs another process's LVs, the agent's create of a claim asked
-//     again, passes WithFresh.)
-//   - GetVolume (what a delete, a grow and the check after a failed create
-//     read: lv_attr, dependents, the LV's current state) always reads a
-//     listing that began after the call did; every GetVolume waiting at that
-//     moment shares that one listing. (A grow first tries Listed, which
-//     it confirms with the kernel's device.)
-//   - Capacity is answered from an answer younger than MaxAge, or from the
-//     call in progress: the agent reads it for the names of the device
-//     classes.
+// Which reads may be old is in the method called, and how old in its
+// argument:
+//   - ListVolumes and GetVolume (a delete, the check after a failed create,
+//     the orphan collector, a claim asked again) read a listing that began
+//     after the call, shared by every such read waiting at that moment.
+//     Capacity is lvmd's, asked at the call.
+//   - ListVolumesWithin and CapacityWithin (a create: names, tags, sizes,
+//     and the device classes' names) answer from the class's last listing
+//     while it began less than maxAge before the call, or from the one in
+//     flight. The agent's own writes through this Backend are applied to
+//     the kept listing as they succeed (an LV made, removed, grown), so a
+//     burst of this agent's creates costs one listing, not one each; a
+//     write whose outcome is unknown (an error) drops it.
+//   - Listed is not a read: the kept listing's entry, for a caller that
+//     confirms it by other means (a grow: the kernel's device).
 //
 // google/lvmd has a one-LV lookup and cannot list a VG that holds a thin
 // pool, so Shared serves topolvm's dialect (and direct reads over it) only.
@@ -48,8 +43,8 @@ import (
 // that write applied, which singleflight's shared result cannot express.
 type Shared struct {
 	Backend
-	// MaxAge bounds how old a listing ListVolumes and Capacity answer from
-	// may be. 0 shares only the listings in flight.
+	// maxAge bounds how old a listing Listed answers from may be, and
+	// Refresh reads again what is older than half of it.
 	maxAge time.Duration
 	now    func() time.Time
 
@@ -93,7 +88,8 @@ type flight struct {
 	err     error
 }
 
-// NewShared wraps b.
+// NewShared wraps b; maxAge is Listed's bound and Refresh's (the
+// agent's --lvmd-list-max-age, which it passes to the Within reads too).
 func NewShared(b Backend, maxAge time.Duration) *Shared {
 	s := &Shared{Backend: b, maxAge: maxAge, now: time.Now, classes: map[string]*listing{},
 		lists: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lvm_agent_lvmd_lists_total",
@@ -117,24 +113,24 @@ func (s *Shared) class(dc string) *listing {
 	return l
 }
 
-// freshKey marks a context whose listings must begin after the call.
-type freshKey struct{}
-
-// WithFresh marks ctx so that ListVolumes through a Shared reads a listing
-// that began after the call, as GetVolume does, never a kept one: for the
-// readers that must see what anything else changed (the orphan collector).
-func WithFresh(ctx context.Context) context.Context { return context.WithValue(ctx, freshKey{}, true) }
-
-// ListVolumes answers from a listing younger than MaxAge, or else shares
-// the next one; with ctx from WithFresh, from a listing begun after the
-// call.
+// ListVolumes reads a listing that began after the call, as GetVolume
+// does: every ListVolumes waiting at that moment shares it. For a reader
+// that must see what anything else on the node changed a moment ago (the
+// orphan collector, a claim asked again).
 func (s *Shared) ListVolumes(ctx context.Context, deviceClass string) ([]Volume, error) {
-	if fresh, _ := ctx.Value(freshKey{}).(bool); fresh {
-		return s.fresh(ctx, deviceClass, s.now())
-	}
+	return s.fresh(ctx, deviceClass, s.now())
+}
+
+// ListVolumesWithin answers from the class's kept listing while it began
+// less than maxAge before the call (this Shared's writes applied to it),
+// or else shares the listing in flight, whenever it began, or starts one.
+// For a reader that decides by it only what a later check confirms (a
+// create: nothing in the way, which lvcreate checks again); maxAge then
+// bounds how long a change made by anything else goes unseen.
+func (s *Shared) ListVolumesWithin(ctx context.Context, deviceClass string, maxAge time.Duration) ([]Volume, error) {
 	s.mu.Lock()
 	l := s.class(deviceClass)
-	if l.kept && s.now().Sub(l.at) < s.maxAge {
+	if l.kept && s.now().Sub(l.at) < maxAge {
 		vols := clone(l.vols)
 		s.mu.Unlock()
 		s.lists.WithLabelValues("shared").Inc()
@@ -145,16 +141,18 @@ func (s *Shared) ListVolumes(ctx context.Context, deviceClass string) ([]Volume,
 }
 
 // Refresh reads again, in the background, what a create reads from this
-// Shared once it is older than half of MaxAge: each device class's kept
-// listing and the device classes (Capacity). The agent calls it after each
-// answer: the reads then run between requests, and the next create finds
-// them young instead of waiting for them once they pass MaxAge (with
+// Shared once it is older than half of maxAge: each device class's kept
+// listing and the device classes (CapacityWithin). The agent calls it after
+// each answer: the reads then run between requests, and the next create
+// finds them young instead of waiting for them once they pass maxAge (with
 // topolvm's lvmd a listing forks lvs, and Capacity runs lvm fullreport:
 // seconds each on a loaded node, and a create reads every class). Nothing
-// is read at rest, and a class is read at most once per half MaxAge.
-func (s *Shared) Refresh() {
+// is read at rest, and a class is read at most once per half maxAge.
+// The channel is closed once the reads it started have ended; it is nil
+// when none was due.
+func (s *Shared) Refresh() <-chan struct{} {
 	if s.maxAge <= 0 {
-		return
+		return nil
 	}
 	s.mu.Lock()
 	now, half := s.now(), s.maxAge/2
@@ -166,17 +164,26 @@ func (s *Shared) Refresh() {
 	}
 	caps := s.caps != nil && s.capsFlight == nil && now.Sub(s.capsAt) >= half
 	s.mu.Unlock()
+	if len(due) == 0 && !caps {
+		return nil
+	}
+	var wg sync.WaitGroup
 	read := func(f func(context.Context)) {
-		ctx, cancel := context.WithTimeout(context.Background(), s.maxAge)
-		defer cancel()
-		f(ctx)
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), s.maxAge)
+			defer cancel()
+			f(ctx)
+		})
 	}
 	for _, dc := range due {
-		go read(func(ctx context.Context) { _, _ = s.fresh(ctx, dc, time.Time{}) })
+		read(func(ctx context.Context) { _, _ = s.fresh(ctx, dc, time.Time{}) })
 	}
 	if caps {
-		go read(func(ctx context.Context) { _, _ = s.capacity(ctx, half) })
+		read(func(ctx context.Context) { _, _ = s.capacity(ctx, half) })
 	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	return done
 }
 
 // GetVolume reads a listing that began after the call.
@@ -189,7 +196,7 @@ func (s *Shared) GetVolume(ctx context.Context, deviceClass, name string) (*Volu
 }
 
 // Listed is name as the class's kept listing shows it (the agent's own
-// writes applied), while that listing is younger than MaxAge; nil when
+// writes applied), while that listing is younger than maxAge; nil when
 // there is none or the LV is not in it. Not a read: for a caller that
 // confirms what it uses of the answer by other means (a grow: the kernel's
 // device, agent/grow.go).
@@ -374,13 +381,15 @@ type capsFlight struct {
 	err  error
 }
 
-// Capacity answers from an answer younger than MaxAge, or shares the call
-// in progress, or else makes one.
-func (s *Shared) Capacity(ctx context.Context) ([]Capacity, error) {
-	return s.capacity(ctx, s.maxAge)
+// CapacityWithin answers from an answer begun less than maxAge before the
+// call, or shares the call in progress, whenever it began, or else makes
+// one. For a reader of the device classes' names (a create's check of the
+// other classes, the orphan collector).
+func (s *Shared) CapacityWithin(ctx context.Context, maxAge time.Duration) ([]Capacity, error) {
+	return s.capacity(ctx, maxAge)
 }
 
-// capacity answers from an answer younger than maxAge, or as Capacity.
+// capacity answers as CapacityWithin.
 func (s *Shared) capacity(ctx context.Context, maxAge time.Duration) ([]Capacity, error) {
 	s.mu.Lock()
 	if s.caps != nil && s.now().Sub(s.capsAt) < maxAge {
