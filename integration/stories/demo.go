@@ -145,9 +145,7 @@ func demoBlock(ctx context.Context, s *Story) {
 		st := pvc.Status.AllocatedResourceStatuses[corev1.ResourceStorage]
 		return st == corev1.PersistentVolumeClaimControllerResizeInfeasible, "allocatedResourceStatuses " + string(st), nil
 	})
-	if s.Events(ctx, "raw", "VolumeResizeFailed", corev1.EventTypeWarning) == 0 {
-		s.Fatalf("pvc/raw has no Warning event VolumeResizeFailed")
-	}
+	s.WaitEvent(ctx, "raw", "VolumeResizeFailed", corev1.EventTypeWarning)
 	pv, err := s.Kube.CoreV1().PersistentVolumes().Get(ctx, v.PV, metav1.GetOptions{})
 	s.Must(err, "reading pv/%s", v.PV)
 	s.Show("kubectl get pv "+v.PV+` -o jsonpath='{.metadata.annotations.pv\.csi\.alibabacloud\.com/volume\.reason}: {...volume\.error}'`,
@@ -208,4 +206,21 @@ func (s *Story) Events(ctx context.Context, name, reason, typ string) int {
 	}
 	s.Show("kubectl get events --field-selector "+sel, strings.Join(lines, "\n"))
 	return len(evs.Items)
+}
+
+// WaitEvent waits for an event of that reason on the object of that name
+// (events are written after what they tell of) and shows it.
+func (s *Story) WaitEvent(ctx context.Context, name, reason, typ string) {
+	sel := "involvedObject.name=" + name + ",reason=" + reason
+	if typ != "" {
+		sel += ",type=" + typ
+	}
+	s.Within(ctx, "a "+reason+" event on "+name, func(ctx context.Context) (bool, string, error) {
+		evs, err := s.Kube.CoreV1().Events(s.NS).List(ctx, metav1.ListOptions{FieldSelector: sel})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		return len(evs.Items) > 0, "no such event yet", nil
+	})
+	s.Events(ctx, name, reason, typ)
 }
