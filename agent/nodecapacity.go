@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/lvm-agent/lvm-agent/kube"
 	"github.com/lvm-agent/lvm-agent/kube/apiclient"
@@ -120,6 +121,11 @@ type NodeCapacity struct {
 	Away time.Duration
 
 	lost chan struct{}
+
+	// clock times Run (the tests' fake clock), and synced, when set, hears
+	// each sync's result: the tests' proof that Run looked.
+	clock  clock.WithTicker
+	synced func(error)
 }
 
 // DefaultCapacityMinChange is NodeCapacity's default MinChange: 1% of the
@@ -132,7 +138,7 @@ func NewNodeCapacity(client apiclient.Interface, node, key string, classes map[s
 		metrics = NewMetrics(nil)
 	}
 	return &NodeCapacity{client: client, node: node, key: key, classes: classes, metrics: metrics,
-		updates: make(chan []lvmbackend.Capacity, 1), lost: make(chan struct{}, 1), Away: 10 * time.Second,
+		updates: make(chan []lvmbackend.Capacity, 1), lost: make(chan struct{}, 1), Away: 10 * time.Second, clock: clock.RealClock{},
 		Debounce: time.Second, MinChange: DefaultCapacityMinChange, Retry: wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.5, Steps: math.MaxInt32, Cap: time.Minute}, Resync: 10 * time.Minute}
 }
 
@@ -166,7 +172,7 @@ func (n *NodeCapacity) Lost() {
 func (n *NodeCapacity) Run(ctx context.Context) {
 	s := nodeCapacitySync{NodeCapacity: n}
 	var timer <-chan time.Time
-	resync := time.NewTicker(n.Resync)
+	resync := n.clock.NewTicker(n.Resync)
 	defer resync.Stop()
 	retry := n.Retry
 	var away <-chan time.Time // lvmd lost, not yet said
@@ -177,39 +183,50 @@ func (n *NodeCapacity) Run(ctx context.Context) {
 		case caps := <-n.updates:
 			s.entries, s.reported, s.away, away = capacityEntries(caps, n.classes, n.Copies, n.Grows, n.Wipes), true, false, nil
 			if timer == nil { // a pending retry keeps its backoff
-				timer = time.After(n.Debounce)
+				timer = n.clock.After(n.Debounce)
 			}
 			continue
 		case <-n.lost:
 			if away == nil && !s.away {
-				away = time.After(n.Away)
+				away = n.clock.After(n.Away)
 			}
 			continue
 		case <-away:
 			s.away, away = true, nil
 			klog.InfoS("lvmd unreachable; the Node capacity annotation says so", "node", s.node, "after", n.Away)
 			if timer == nil {
-				timer = time.After(0)
+				timer = fired()
 			}
 			continue
-		case <-resync.C:
+		case <-resync.C():
 			s.known = nil
 			if (s.reported || s.away) && timer == nil {
-				timer = time.After(0)
+				timer = fired()
 			}
 			continue
 		case <-timer:
 		}
 		timer = nil
-		if err := s.sync(ctx); err != nil {
+		err := s.sync(ctx)
+		if n.synced != nil {
+			n.synced(err)
+		}
+		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			timer = time.After(retry.Step())
+			timer = n.clock.After(retry.Step())
 			continue
 		}
 		retry = n.Retry
 	}
+}
+
+// fired is a timer that has fired: Run syncs at its next turn.
+func fired() <-chan time.Time {
+	c := make(chan time.Time, 1)
+	c <- time.Time{}
+	return c
 }
 
 // nodeCapacitySync is Run's state.

@@ -9,10 +9,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/lvm-agent/lvm-agent/kube"
 	"github.com/lvm-agent/lvm-agent/kube/apiclient/clientset"
@@ -49,17 +50,36 @@ func TestStorageTopology(t *testing.T) {
 	}
 }
 
-const (
-	ncNode = "node-capacity"
-	ncAway = 300 * time.Millisecond
-)
+const ncNode = "node-capacity"
 
-func ncStart(t *testing.T, client *fake.Clientset, minChange ...float64) *NodeCapacity {
+// ncRun is a NodeCapacity running on a fake clock that says which timers
+// Run sets, and whose syncs are heard as they end.
+type ncRun struct {
+	*NodeCapacity
+	clock  *testingclock.FakeClock
+	timers chan time.Duration
+	syncs  chan error
+}
+
+// ncClock is a fake clock that reports each timer Run sets, once set.
+type ncClock struct {
+	*testingclock.FakeClock
+	timers chan<- time.Duration
+}
+
+func (c ncClock) After(d time.Duration) <-chan time.Time {
+	ch := c.FakeClock.After(d)
+	c.timers <- d
+	return ch
+}
+
+func ncStart(t *testing.T, client *fake.Clientset, minChange ...float64) *ncRun {
 	t.Helper()
 	n := NewNodeCapacity(clientset.Wrap(client), ncNode, kube.DefaultCapacityAnnotation, nil, nil)
-	n.Debounce = 100 * time.Millisecond
-	n.Retry.Duration, n.Retry.Cap = 20*time.Millisecond, 50*time.Millisecond
-	n.Away = ncAway
+	r := &ncRun{NodeCapacity: n, clock: testingclock.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
+		timers: make(chan time.Duration, 100), syncs: make(chan error, 100)}
+	n.clock = ncClock{FakeClock: r.clock, timers: r.timers}
+	n.synced = func(err error) { r.syncs <- err }
 	for _, m := range minChange {
 		n.MinChange = m
 	}
@@ -67,7 +87,36 @@ func ncStart(t *testing.T, client *fake.Clientset, minChange ...float64) *NodeCa
 	done := make(chan struct{})
 	go func() { n.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return n
+	return r
+}
+
+// elapse waits until Run has taken every report and word of lvmd lost and
+// set a timer, then lets that timer's time pass; it returns the timer's.
+func (r *ncRun) elapse(t *testing.T) time.Duration {
+	t.Helper()
+	d := ncAwait(t, r.timers, "Run sets a timer")
+	require.Eventually(t, func() bool { return len(r.updates) == 0 && len(r.lost) == 0 }, 5*time.Second, time.Millisecond, "Run takes the reports")
+	r.clock.Step(d)
+	return d
+}
+
+// synced waits for Run's next sync to end: Run has looked at what it was
+// told, and written or not.
+func (r *ncRun) synced(t *testing.T) error {
+	t.Helper()
+	return ncAwait(t, r.syncs, "Run syncs")
+}
+
+func ncAwait[T any](t *testing.T, c <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-c:
+		return v
+	case <-time.After(5 * time.Second):
+		require.FailNow(t, "timed out: "+what)
+	}
+	var zero T
+	return zero
 }
 
 func ncNodePatches(c *fake.Clientset) int {
@@ -80,48 +129,52 @@ func ncNodePatches(c *fake.Clientset) int {
 	return n
 }
 
-func ncWaitAnnotation(t *testing.T, c *fake.Clientset, want string) {
+func ncAnnotation(t *testing.T, c *fake.Clientset) string {
 	t.Helper()
-	var got string
-	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
-		node, err := c.CoreV1().Nodes().Get(ctx, ncNode, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		got = node.Annotations[kube.DefaultCapacityAnnotation]
-		return got == want, nil
-	})
-	require.NoError(t, err, "annotation is %q, want %q", got, want)
+	node, err := c.CoreV1().Nodes().Get(context.Background(), ncNode, metav1.GetOptions{})
+	require.NoError(t, err)
+	return node.Annotations[kube.DefaultCapacityAnnotation]
 }
 
 func ncCaps(free uint64) []lvmbackend.Capacity {
 	return []lvmbackend.Capacity{{DeviceClass: "vg1", SizeBytes: 1 << 30, FreeBytes: free}}
 }
 
+// ncUnreachable is the annotation while lvmd is away.
+const ncUnreachable = `[{"type":"lvm","name":"vg1","capacity":1073741824,"free":0,"deviceClass":"vg1","lvmdUnreachable":true}]`
+
 func TestNodeCapacityWritesOncePerChange(t *testing.T) {
 	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: ncNode, Annotations: map[string]string{"other": "kept"}}})
 	n := ncStart(t, client)
 	n.Update(ncCaps(100))
-	ncWaitAnnotation(t, client, storageTopology(ncCaps(100), nil))
+	assert.Equal(t, n.Debounce, n.elapse(t))
+	require.NoError(t, n.synced(t))
+	assert.Equal(t, storageTopology(ncCaps(100), nil), ncAnnotation(t, client))
 	assert.Equal(t, 1, ncNodePatches(client))
 
-	// The same report again (lvmd's periodic message): no write.
+	// The same report again (lvmd's periodic message): looked at, no write.
 	n.Update(ncCaps(100))
 	n.Update(ncCaps(100))
-	time.Sleep(300 * time.Millisecond)
+	n.elapse(t)
+	require.NoError(t, n.synced(t))
 	assert.Equal(t, 1, ncNodePatches(client))
 
 	// A burst within the debounce window: one write, of the last report.
 	for free := uint64(10); free <= 50; free += 10 {
 		n.Update(ncCaps(free))
 	}
-	ncWaitAnnotation(t, client, storageTopology(ncCaps(50), nil))
-	time.Sleep(300 * time.Millisecond)
+	n.elapse(t)
+	require.NoError(t, n.synced(t))
+	assert.Equal(t, storageTopology(ncCaps(50), nil), ncAnnotation(t, client))
 	assert.Equal(t, 2, ncNodePatches(client))
+	assert.Equal(t, "kept", ncNode0(t, client).Annotations["other"], "only our key is written")
+}
 
-	node, err := client.CoreV1().Nodes().Get(context.Background(), ncNode, metav1.GetOptions{})
+func ncNode0(t *testing.T, c *fake.Clientset) *corev1.Node {
+	t.Helper()
+	node, err := c.CoreV1().Nodes().Get(context.Background(), ncNode, metav1.GetOptions{})
 	require.NoError(t, err)
-	assert.Equal(t, "kept", node.Annotations["other"], "only our key is written")
+	return node
 }
 
 func TestWorthWriting(t *testing.T) {
@@ -168,14 +221,19 @@ func TestNodeCapacityMinChange(t *testing.T) {
 	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: ncNode}})
 	n := ncStart(t, client, 0.1)
 	n.Update(ncCaps(1000))
-	ncWaitAnnotation(t, client, storageTopology(ncCaps(1000), nil))
+	n.elapse(t)
+	require.NoError(t, n.synced(t))
+	assert.Equal(t, storageTopology(ncCaps(1000), nil), ncAnnotation(t, client))
 	for _, free := range []uint64{980, 950, 920} { // under 10% of 1000: not written
 		n.Update(ncCaps(free))
-		time.Sleep(150 * time.Millisecond)
+		n.elapse(t)
+		require.NoError(t, n.synced(t))
+		assert.Equal(t, 1, ncNodePatches(client), "free %d", free)
 	}
-	assert.Equal(t, 1, ncNodePatches(client))
 	n.Update(ncCaps(900)) // 10% of 1000
-	ncWaitAnnotation(t, client, storageTopology(ncCaps(900), nil))
+	n.elapse(t)
+	require.NoError(t, n.synced(t))
+	assert.Equal(t, storageTopology(ncCaps(900), nil), ncAnnotation(t, client))
 	assert.Equal(t, 2, ncNodePatches(client))
 }
 
@@ -185,15 +243,13 @@ func TestNodeCapacityNoWriteAfterRestart(t *testing.T) {
 		Annotations: map[string]string{kube.DefaultCapacityAnnotation: storageTopology(ncCaps(100), nil)}}})
 	n := ncStart(t, client)
 	n.Update(ncCaps(100))
-	require.Eventually(t, func() bool {
-		for _, a := range client.Actions() {
-			if a.GetVerb() == "get" && a.GetResource().Resource == "nodes" {
-				return true
-			}
-		}
-		return false
-	}, 5*time.Second, 10*time.Millisecond, "the Node is read")
-	time.Sleep(300 * time.Millisecond)
+	n.elapse(t)
+	require.NoError(t, n.synced(t))
+	read := false
+	for _, a := range client.Actions() {
+		read = read || a.GetVerb() == "get" && a.GetResource().Resource == "nodes"
+	}
+	assert.True(t, read, "the Node is read")
 	assert.Equal(t, 0, ncNodePatches(client))
 }
 
@@ -202,10 +258,13 @@ func TestNodeCapacityMissingNode(t *testing.T) {
 	client := fake.NewClientset()
 	n := ncStart(t, client)
 	n.Update(ncCaps(100))
-	time.Sleep(300 * time.Millisecond)
+	n.elapse(t)
+	require.True(t, apierrors.IsNotFound(n.synced(t)), "the first sync finds no Node")
 	_, err := client.CoreV1().Nodes().Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: ncNode}}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	ncWaitAnnotation(t, client, storageTopology(ncCaps(100), nil))
+	n.elapse(t) // the retry's backoff
+	require.NoError(t, n.synced(t))
+	assert.Equal(t, storageTopology(ncCaps(100), nil), ncAnnotation(t, client))
 }
 
 // An annotation removed by someone else comes back at the next resync.
@@ -239,22 +298,36 @@ func TestNodeCapacityLvmdAway(t *testing.T) {
 	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: ncNode}})
 	n := ncStart(t, client)
 	n.Update(ncCaps(100))
-	ncWaitAnnotation(t, client, storageTopology(ncCaps(100), nil))
+	n.elapse(t)
+	require.NoError(t, n.synced(t))
+	assert.Equal(t, 1, ncNodePatches(client))
 
 	n.Lost()
-	time.Sleep(ncAway / 2)
+	assert.Equal(t, n.Away, ncAwait(t, n.timers, "Run times lvmd's absence"))
+	n.clock.Step(n.Away / 2)
+	n.Update(ncCaps(100)) // back within Away
+	n.elapse(t)
+	require.NoError(t, n.synced(t))
+	n.clock.Step(n.Away) // past the absence's end: nothing left to say
 	n.Update(ncCaps(100))
-	time.Sleep(ncAway + 300*time.Millisecond)
+	n.elapse(t)
+	require.NoError(t, n.synced(t), "the sync after it: Run looked")
 	assert.Equal(t, 1, ncNodePatches(client), "back within Away: nothing written")
 
 	n.Lost()
-	ncWaitAnnotation(t, client, `[{"type":"lvm","name":"vg1","capacity":1073741824,"free":0,"deviceClass":"vg1","lvmdUnreachable":true}]`)
-	n.Lost() // each reconnect that fails says it again: no write
-	time.Sleep(ncAway + 300*time.Millisecond)
+	assert.Equal(t, n.Away, n.elapse(t))
+	require.NoError(t, n.synced(t))
+	assert.Equal(t, ncUnreachable, ncAnnotation(t, client))
 	assert.Equal(t, 2, ncNodePatches(client))
+	n.Lost() // each reconnect that fails says it again: no write, no timer
+	require.Eventually(t, func() bool { return len(n.lost) == 0 }, 5*time.Second, time.Millisecond, "Run takes it")
+	n.clock.Step(n.Away)
 
 	n.Update(ncCaps(90))
-	ncWaitAnnotation(t, client, storageTopology(ncCaps(90), nil))
+	assert.Equal(t, n.Debounce, n.elapse(t), "the report's timer, the only one")
+	require.NoError(t, n.synced(t))
+	assert.Equal(t, storageTopology(ncCaps(90), nil), ncAnnotation(t, client))
+	assert.Equal(t, 3, ncNodePatches(client), "one write since unreachable: the report's")
 }
 
 // An agent that never reached lvmd since it started marks the entries the
@@ -265,7 +338,11 @@ func TestNodeCapacityLvmdAwayFromTheStart(t *testing.T) {
 		Annotations: map[string]string{kube.DefaultCapacityAnnotation: before}}})
 	n := ncStart(t, client)
 	n.Lost()
-	ncWaitAnnotation(t, client, `[{"type":"lvm","name":"vg1","capacity":1073741824,"free":0,"deviceClass":"vg1","lvmdUnreachable":true}]`)
+	n.elapse(t)
+	require.NoError(t, n.synced(t))
+	assert.Equal(t, ncUnreachable, ncAnnotation(t, client))
 	n.Update(ncCaps(100))
-	ncWaitAnnotation(t, client, before)
+	n.elapse(t)
+	require.NoError(t, n.synced(t))
+	assert.Equal(t, before, ncAnnotation(t, client))
 }
