@@ -174,15 +174,15 @@ func TestGoogleLVMD(t *testing.T) {
 	}
 	tests := []struct {
 		name string
-		run  func(t *testing.T, b *GoogleLVMD, m *lvmdfake.LVM)
+		run  func(t *testing.T, b *GoogleLVMD, m *lvmdfake.Google)
 	}{
-		{"an empty volume group lists as empty, not as a parse failure", func(t *testing.T, b *GoogleLVMD, _ *lvmdfake.LVM) {
+		{"an empty volume group lists as empty, not as a parse failure", func(t *testing.T, b *GoogleLVMD, _ *lvmdfake.Google) {
 			vols, err := b.ListVolumes(ctx, "vg1")
 			require.NoError(t, err)
 			assert.NotNil(t, vols)
 			assert.Empty(t, vols)
 		}},
-		{"a thin volume group cannot be listed, says why, and lookups still work", func(t *testing.T, b *GoogleLVMD, m *lvmdfake.LVM) {
+		{"a thin volume group cannot be listed, says why, and lookups still work", func(t *testing.T, b *GoogleLVMD, m *lvmdfake.Google) {
 			_, err := m.Create("thin", "pvc-t", 4<<20, nil)
 			require.NoError(t, err)
 			_, err = b.ListVolumes(ctx, "thin")
@@ -193,7 +193,7 @@ func TestGoogleLVMD(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, "Vwi-a-tz--", v.Attr)
 		}},
-		{"a protected volume is refused untyped and stays", func(t *testing.T, b *GoogleLVMD, m *lvmdfake.LVM) {
+		{"a protected volume is refused untyped and stays", func(t *testing.T, b *GoogleLVMD, m *lvmdfake.Google) {
 			_, err := m.Create("vg1", "pvc-p", 4<<20, []string{"protected"})
 			require.NoError(t, err)
 			err = b.RemoveVolume(ctx, "vg1", "pvc-p")
@@ -205,7 +205,7 @@ func TestGoogleLVMD(t *testing.T) {
 			_, err = b.GetVolume(ctx, "vg1", "pvc-p")
 			assert.NoError(t, err)
 		}},
-		{"a failing lvremove is not taken for a missing volume", func(t *testing.T, b *GoogleLVMD, m *lvmdfake.LVM) {
+		{"a failing lvremove is not taken for a missing volume", func(t *testing.T, b *GoogleLVMD, m *lvmdfake.Google) {
 			_, err := m.Create("vg1", "pvc-a", 4<<20, nil)
 			require.NoError(t, err)
 			m.SetHook(func(op, _, _ string) error {
@@ -218,7 +218,7 @@ func TestGoogleLVMD(t *testing.T) {
 			require.Error(t, err)
 			assert.NotErrorIs(t, err, ErrNotFound)
 		}},
-		{"requests the daemon cannot carry are invalid", func(t *testing.T, b *GoogleLVMD, _ *lvmdfake.LVM) {
+		{"requests the daemon cannot carry are invalid", func(t *testing.T, b *GoogleLVMD, _ *lvmdfake.Google) {
 			for _, req := range []CreateRequest{
 				{DeviceClass: "vg1", Name: "a", SizeBytes: 4096, OptionClass: "raid1"},
 				{DeviceClass: "vg1", Name: "a", SizeBytes: 4097},
@@ -234,14 +234,17 @@ func TestGoogleLVMD(t *testing.T) {
 			assert.ErrorIs(t, err, ErrInvalidArgument)
 			assert.ErrorIs(t, b.RemoveVolume(ctx, "vg1/x", "a"), ErrInvalidArgument)
 		}},
-		{"watch calls back only on change", func(t *testing.T, b *GoogleLVMD, m *lvmdfake.LVM) {
+		{"watch calls back only on change", func(t *testing.T, b *GoogleLVMD, m *lvmdfake.Google) {
 			wctx, cancel := context.WithCancel(ctx)
 			defer cancel()
 			var calls atomic.Int32
 			done := make(chan error, 1)
 			go func() { done <- b.WatchCapacity(wctx, func([]Capacity) { calls.Add(1) }) }()
 			require.Eventually(t, func() bool { return calls.Load() == 1 }, time.Second, time.Millisecond)
-			time.Sleep(30 * time.Millisecond) // several polls without a change
+			// Several polls without a change: lvmd has taken three more, so
+			// the client has compared at least two answers after the first.
+			polls := m.Calls("ListVG")
+			require.Eventually(t, func() bool { return m.Calls("ListVG") >= polls+3 }, 5*time.Second, time.Millisecond)
 			assert.EqualValues(t, 1, calls.Load())
 			_, err := m.Create("vg1", "pvc-a", 4<<20, nil)
 			require.NoError(t, err)
@@ -252,9 +255,8 @@ func TestGoogleLVMD(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			m := model()
-			b, _ := startGoogleFake(t, m, 2*time.Millisecond)
-			tc.run(t, b, m)
+			b, srv := startGoogleFake(t, model(), 2*time.Millisecond)
+			tc.run(t, b, srv)
 		})
 	}
 }

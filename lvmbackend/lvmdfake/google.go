@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path"
 	"strings"
 	"sync"
 
@@ -39,8 +40,28 @@ type Google struct {
 	// ClientAuth to require client certificates, as lvmd's mTLS does).
 	TLS *tls.Config
 
-	mu  sync.Mutex
-	srv *grpc.Server
+	mu    sync.Mutex
+	srv   *grpc.Server
+	calls map[string]int // by RPC method name
+}
+
+// Calls is how many calls of method (the RPC's name, "ListVG") the daemon
+// has taken: a test's proof that its client asked.
+func (g *Google) Calls(method string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.calls[method]
+}
+
+// count is a unary interceptor that counts each call by its method's name.
+func (g *Google) count(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	g.mu.Lock()
+	if g.calls == nil {
+		g.calls = map[string]int{}
+	}
+	g.calls[path.Base(info.FullMethod)]++
+	g.mu.Unlock()
+	return handler(ctx, req)
 }
 
 // NewGoogle wraps a model.
@@ -54,7 +75,7 @@ func (g *Google) Serve(addr string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var opts []grpc.ServerOption
+	opts := []grpc.ServerOption{grpc.UnaryInterceptor(g.count)}
 	if g.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(g.TLS)))
 	}
