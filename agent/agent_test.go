@@ -265,7 +265,9 @@ func TestCreate(t *testing.T) {
 			} else {
 				assert.NotContains(t, ann, kube.AnnDevice)
 			}
-			time.Sleep(50 * time.Millisecond) // room for a wrong second write
+			// The agent has seen its answer (it holds the request until the
+			// informer shows it) and is done: a second write would be in.
+			require.Eventually(t, func() bool { return e.settled(Key{Kind: KindPVC, Namespace: "default", Name: "pvc"}) }, 10*time.Second, 5*time.Millisecond)
 			writes := 1
 			if tc.remade {
 				writes = 2

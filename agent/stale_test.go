@@ -294,20 +294,23 @@ func (e *env) otherAgentAnswersFirst(t *testing.T, change func(*corev1.Persisten
 	return &ops, &once
 }
 
-// settle waits until hooked has fired and the agent holds no request and
-// runs no operation, then for longer than its longest backoff (100 ms), so
-// that a retry would have run.
+// settle waits until hooked has fired and the agent is done with the claim
+// default/pvc (settled): a retry it had pending has run.
 func (e *env) settle(t *testing.T, hooked *atomic.Bool) {
 	t.Helper()
-	idle := func() bool {
-		e.agent.mu.Lock()
-		busy := len(e.agent.busy)
-		e.agent.mu.Unlock()
-		return hooked.Load() && busy == 0 && e.agent.DSW.Len() == 0 && e.agent.queue.Len() == 0
-	}
-	require.Eventually(t, idle, 10*time.Second, 5*time.Millisecond)
-	time.Sleep(200 * time.Millisecond)
-	require.True(t, idle())
+	k := Key{Kind: KindPVC, Namespace: "default", Name: "pvc"}
+	require.Eventually(t, func() bool { return hooked.Load() && e.settled(k) }, 10*time.Second, 5*time.Millisecond)
+}
+
+// settled reports whether the agent is done with k: it holds no request
+// and runs no operation, nothing is queued, and k's last sync ended done
+// (a retry pending counts a requeue until the sync that forgets it). From
+// then on a sync of k, should one come, finds no request and does nothing.
+func (e *env) settled(k Key) bool {
+	e.agent.mu.Lock()
+	busy := len(e.agent.busy)
+	e.agent.mu.Unlock()
+	return busy == 0 && e.agent.DSW.Len() == 0 && e.agent.queue.Len() == 0 && e.agent.queue.NumRequeues(k) == 0
 }
 
 // A create's listing may be --lvmd-list-max-age old. It answers the creates

@@ -71,8 +71,21 @@ func TestHybridUnlabelledRequest(t *testing.T) {
 	e, s := startHybrid(t)
 	ctx := context.Background()
 	e.pvc(t, "default", "pvc", node, spec(`{"volumeGroup":"thick","name":"lv1","size":4096}`))
-	time.Sleep(100 * time.Millisecond)
-	assert.Equal(t, kube.StateCreating, e.lifecycle(t, "pvc"), "not labelled: the watch does not see it")
+	// A later claim the watch does deliver (labelled, answered long ago: the
+	// agent has nothing to do for it): once the informer holds it, the
+	// watch has gone past the unlabelled one.
+	_, err := e.client.CoreV1().PersistentVolumeClaims("default").Create(ctx, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{
+		Namespace: "default", Name: "probe", UID: "probe-uid", Labels: map[string]string{kube.LabelNode: kube.NodeLabelValue(node)},
+		Annotations: map[string]string{kube.AnnSelectedNode: node, kube.AnnLifecycle: kube.StateCreated}}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, ok, err := e.agent.inf.PVC.GetStore().GetByKey("default/probe")
+		return ok && err == nil
+	}, 5*time.Second, 5*time.Millisecond, "the watch delivers the labelled claim")
+	_, held, err := e.agent.inf.PVC.GetStore().GetByKey("default/pvc")
+	require.NoError(t, err)
+	assert.False(t, held, "not labelled: the watch does not see it")
+	assert.Equal(t, kube.StateCreating, e.lifecycle(t, "pvc"))
 	assert.Zero(t, e.patches())
 
 	require.NoError(t, s.Sweep(ctx))
@@ -81,7 +94,7 @@ func TestHybridUnlabelledRequest(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		require.NoError(t, s.Sweep(ctx))
 	}
-	time.Sleep(50 * time.Millisecond)
+	require.Eventually(t, func() bool { return e.settled(Key{Kind: KindPVC, Namespace: "default", Name: "pvc"}) }, 10*time.Second, 5*time.Millisecond)
 	assert.Equal(t, 1, e.patches(), "one write per transition")
 	assert.Zero(t, e.agent.DSW.Len(), "the answered request is forgotten")
 	lvs, err := e.lvm.List("thick")
@@ -226,7 +239,7 @@ func TestHybridSweptThenLabelled(t *testing.T) {
 	assert.Equal(t, kube.StateCreated, e.waitPVC(t, "default", "pvc")[kube.AnnLifecycle])
 	require.NoError(t, s.Sweep(ctx))
 	require.NoError(t, s.Sweep(ctx))
-	time.Sleep(50 * time.Millisecond)
+	require.Eventually(t, func() bool { return e.settled(Key{Kind: KindPVC, Namespace: "default", Name: "pvc"}) }, 10*time.Second, 5*time.Millisecond)
 	answers := 0
 	for _, a := range e.client.Actions() {
 		if p, ok := a.(k8stesting.PatchAction); ok && strings.Contains(string(p.GetPatch()), `"`+kube.AnnLifecycle+`":"`+kube.StateCreated+`"`) {
