@@ -4,12 +4,14 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"slices"
 	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -128,7 +130,7 @@ func (s *Story) Audit(ctx context.Context, app string, live int, foreign *Foreig
 		}
 	}
 	for _, lv := range lvs {
-		if lv.Name == thinPool || foreign != nil && lv.Name == foreign.Name {
+		if lv.Name == thinPool || foreign != nil && lv.Name == foreign.Name || slices.Contains(s.NodeLVs, lv.Name) {
 			continue
 		}
 		if !slices.ContainsFunc(uids, func(uid string) bool { return slices.Contains(lv.Tags, ownerTag+uid) }) {
@@ -167,4 +169,62 @@ func (s *Story) KillsTable(rows [][]string) {
 		}
 		fmt.Fprintf(s.out, format, args...)
 	}
+}
+
+// The audit and the foreign LV as tools, for the power cut's shell
+// (scripts/guest/powercut-cluster.sh), whose two boots share only the disk
+// and the host's share: the foreign LV's state is kept in a file.
+//
+//	lvm-stories foreign -state FILE
+//	lvm-stories audit -state FILE [-app faults] [-live N] [-node-lvs LV,...]
+//
+// audit's last line is the row, "audit: N N N N N N (lost duplicated
+// orphaned open failed foreign)"; its exit code is 0 whatever it found
+// (the caller judges the row), 1 when it could not look.
+func init() {
+	tools["foreign"] = func(args []string) int {
+		fs := flag.NewFlagSet("foreign", flag.ContinueOnError)
+		state := fs.String("state", "", "the file its state is written to, for the audit (required)")
+		vg := fs.String("vg", "vg1", "its volume group")
+		if fs.Parse(args) != nil || *state == "" {
+			return 2
+		}
+		return tool("foreign", *vg, func(ctx context.Context, s *Story) {
+			f := s.MakeForeign(ctx)
+			s.Must(os.WriteFile(*state, []byte(f.Before), 0o644), "writing %s", *state)
+		})
+	}
+	tools["audit"] = func(args []string) int {
+		fs := flag.NewFlagSet("audit", flag.ContinueOnError)
+		state := fs.String("state", "", "the foreign LV's state, as foreign wrote it (required)")
+		app := fs.String("app", "faults", "the app label of the claims audited")
+		live := fs.Int("live", 0, "how many of them must be there")
+		nodeLVs := fs.String("node-lvs", "", "LVs of the node's own, comma-separated: left out")
+		vg := fs.String("vg", "vg1", "the volume group")
+		if fs.Parse(args) != nil || *state == "" {
+			return 2
+		}
+		return tool("audit", *vg, func(ctx context.Context, s *Story) {
+			before, err := os.ReadFile(*state)
+			s.Must(err, "reading the foreign LV's state")
+			if *nodeLVs != "" {
+				s.NodeLVs = strings.Split(*nodeLVs, ",")
+			}
+			s.Audit(ctx, *app, *live, &Foreign{Name: "foreign", Before: string(before)})
+		})
+	}
+}
+
+// tool runs f as a story without steps or cleanups: 1 when it failed.
+func tool(name, vg string, f func(context.Context, *Story)) int {
+	cfg, kube, err := connect()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "lvm-stories:", err)
+		return 1
+	}
+	s := &Story{Name: name, Kube: kube, Config: cfg, NS: "default", VG: vg, Wait: 10 * time.Minute, out: os.Stdout, t0: time.Now()}
+	if !s.try(func() { f(context.Background(), s) }) {
+		return 1
+	}
+	return 0
 }

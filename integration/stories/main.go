@@ -49,6 +49,7 @@ var stories = []struct {
 	{"full/too-large", tooLarge},
 	{"full/kills", killsBurst},
 	{"full/retain", retain},
+	{"faults/rounds", faultRounds}, // make test-faults
 }
 
 // tools are commands of their own, named by the first argument; each is a
@@ -67,6 +68,7 @@ func main() {
 	deadline := flag.Duration("wait", 10*time.Minute, "the deadline of each wait (a Pod started, a PV gone...)")
 	deploy := flag.String("deploy", "/opt/lvm-agent/deploy", "deploy/ (its examples' classes are applied as a user would)")
 	install := flag.String("install", "kustomize", "how lvm-agent was installed: kustomize, helm, host-lvmd or systemd")
+	faults := flag.String("faults", "agent,lvmd,lvmd-away,kubelet,containerd,kube-apiserver,vg-full", "faults/rounds' faults, in order")
 	clock := flag.Int("clock", 0, "seconds already on the headings' clock (node.sh passes its own)")
 	flag.Usage = func() {
 		fmt.Fprintln(os.Stderr, "usage: lvm-stories [flags] STORY...   (STORY: a name, or its part before the slash)")
@@ -95,16 +97,9 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
-	if err == nil {
-		cfg.UserAgent = "lvm-stories"
-	}
-	var kube kubernetes.Interface
-	if err == nil {
-		kube, err = kubernetes.NewForConfig(cfg)
-	}
+	cfg, kube, err := connect()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "lvm-stories: the cluster ($KUBECONFIG):", err)
+		fmt.Fprintln(os.Stderr, "lvm-stories:", err)
 		os.Exit(1)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -112,7 +107,7 @@ func main() {
 	t0 := time.Now().Add(-time.Duration(*clock) * time.Second)
 	var failed []string
 	for _, i := range picked {
-		s := &Story{Name: stories[i].name, Kube: kube, Config: cfg, Deploy: *deploy, Install: *install, NS: *ns, VG: *vg, Wait: *deadline,
+		s := &Story{Name: stories[i].name, Kube: kube, Config: cfg, Deploy: *deploy, Install: *install, Faults: strings.Split(*faults, ","), NS: *ns, VG: *vg, Wait: *deadline,
 			out: os.Stdout, t0: t0, times: os.Getenv("LVM_AGENT_GUEST_TIMES")}
 		if !s.run(ctx, stories[i].run) {
 			failed = append(failed, s.Name)
@@ -125,6 +120,20 @@ func main() {
 	fmt.Printf("lvm-stories: OK (%d stories)\n", len(picked))
 }
 
+// connect reads $KUBECONFIG: the cluster's client.
+func connect() (*rest.Config, kubernetes.Interface, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("the cluster ($KUBECONFIG): %w", err)
+	}
+	cfg.UserAgent = "lvm-stories"
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("the cluster ($KUBECONFIG): %w", err)
+	}
+	return cfg, kube, nil
+}
+
 // Story is what a story is told with: its steps, what it shows, its
 // assertions and its cleanups, and the cluster and volume group.
 type Story struct {
@@ -133,6 +142,8 @@ type Story struct {
 	Config  *rest.Config // for exec
 	Deploy  string       // deploy/ as the guest has it (examples, overlays)
 	Install string       // how lvm-agent was installed: kustomize, helm, host-lvmd or systemd
+	Faults  []string     // the faults' rounds, in order (faults/rounds)
+	NodeLVs []string     // LVs of the node's own (its state), never a claim's: the audit leaves them out
 	NS      string       // the namespace of its objects
 	VG      string
 	Wait    time.Duration // the deadline of each wait

@@ -96,10 +96,19 @@ func (s *Story) Run(ctx context.Context, name string, args ...string) string {
 // Kill9 sends SIGKILL to the node's processes whose executable is name and
 // whose command line has an argument starting with arg (when not ""): the
 // provisioner runs the agent's binary too, without --lvmd-socket. At least
-// one must be killed, or the fault did not happen. (/proc is how: the guest
-// has no pgrep, and these processes are kubelet's or a service loop's, with
-// no pidfile of ours.)
+// one must be killed, or the fault did not happen.
 func (s *Story) Kill9(name, arg string) {
+	killed := kill9(name, arg)
+	s.Show(fmt.Sprintf("kill -9 $(pidof %s)", name), fmt.Sprintf("killed %d %s process(es)", killed, name))
+	if killed == 0 {
+		s.Fatalf("no %s process (with an argument %q) to kill", name, arg)
+	}
+}
+
+// kill9 is Kill9 without a word: how many it killed. (/proc is how: the
+// guest has no pgrep, and these processes are kubelet's or a service
+// loop's, with no pidfile of ours.)
+func kill9(name, arg string) int {
 	procs, _ := filepath.Glob("/proc/[0-9]*/comm")
 	killed := 0
 	for _, f := range procs {
@@ -119,10 +128,7 @@ func (s *Story) Kill9(name, arg string) {
 			killed++
 		}
 	}
-	s.Show(fmt.Sprintf("kill -9 $(pidof %s)", name), fmt.Sprintf("killed %d %s process(es)", killed, name))
-	if killed == 0 {
-		s.Fatalf("no %s process (with an argument %q) to kill", name, arg)
-	}
+	return killed
 }
 
 func hasArg(cmdline []byte, prefix string) bool {

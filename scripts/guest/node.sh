@@ -26,7 +26,7 @@
 #   faults (`make test-faults`) after the install: kills of the agent, lvmd,
 #          kubelet, containerd and kube-apiserver, and lvmd kept away for
 #          60 s, each during a burst of 20 creates and 20 deletes, each
-#          round audited (kills.sh). --faults LIST: only these of
+#          round audited (lvm-stories faults). --faults LIST: only these of
 #          agent,lvmd,lvmd-away,kubelet,containerd,kube-apiserver,vg-full.
 #
 #   peers  (`make bench-peers`) after the cluster and vg1: lvm-agent beside
@@ -67,9 +67,7 @@ while [ $# -gt 0 ]; do
     --install) install=$2; shift 2 ;;
     --vg-device) vg_device=$2; shift 2 ;;
     --peers) peers=$2; shift 2 ;;
-    --faults)
-      # shellcheck disable=SC2034 # read by kills.sh, which this script sources
-      faults=$2; shift 2 ;;
+    --faults) faults=$2; shift 2 ;;
     --phase) phase=$2; shift 2 ;;
     *) usage ;;
   esac
@@ -483,13 +481,7 @@ show kubectl -n lvm-agent rollout status deployment/lvm-agent-provisioner --time
 show kubectl -n lvm-agent get pods -o wide
 echo "    The agent reports the node's volume groups, their size and free space, on the Node:"
 show kubectl get node "$(hostname)" -o jsonpath='{.metadata.annotations.csi\.alibabacloud\.com/storage-topology}{"\n"}'
-# make test-faults' faults and audit: the faults mode's rounds, and the ten
-# claims of the full scenario below
-. "$here/kills.sh"
-[ "$mode" != faults ] || {
-  node_kills
-  exit 0
-}
+[ "$mode" != faults ] || { stories -faults "$faults" faults; step "faults: OK"; exit 0; }
 [ "$mode" != powercut ] || { pc_write; exit 1; } # pc_write ends in the power cut
 [ "$mode" != stories ] || { stories wipe; step "stories: OK"; exit 0; }
 [ "$mode" != bench ] || {

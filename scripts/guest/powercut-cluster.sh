@@ -1,6 +1,6 @@
 # Sourced by node.sh in powercut mode (make test-faults' power-cut-cluster,
-# scripts/vm/faults.sh power_cut_cluster), with its helpers and kills.sh's
-# claims, burst_yaml and audit: the power cut of the whole node, cluster and
+# scripts/vm/faults.sh power_cut_cluster), with its helpers and
+# lvm-stories' foreign LV and audit: the power cut of the whole node, cluster and
 # all, booted twice on one disk (/dev/vda, vg1).
 #
 #   pc_state  before the cluster starts, both boots: the node's own state
@@ -16,7 +16,7 @@
 #             each, then writing how many it has synced; a poller copying
 #             those counts to the share (the host's folder: it outlives the
 #             cut), and a loop creating 20 claims and deleting the 20
-#             before (as kills.sh's bursts, the node already chosen on
+#             before (as make test-faults' bursts, the node already chosen on
 #             them), each step written to the share's ledger before and
 #             after; 3 s after the loop's third round was created, QEMU is
 #             killed (run.sh --power-cut), the loop and the writers running.
@@ -24,7 +24,7 @@
 #             again: once each writer runs again (a container started after
 #             this boot) and every request is final (every claim Bound and
 #             answered, no PV or LV left of a claim that is gone), the
-#             recovery's end (its time on the share); then kills.sh's audit
+#             recovery's end (its time on the share); then the faults' audit
 #             (one LV of at least its size per claim, none orphaned, no
 #             request open or failed, the foreign LV untouched), every
 #             claim of a round the ledger says was created and never
@@ -33,13 +33,47 @@
 #             share (powercut/result) for faults.sh's table; each must be 0.
 # shellcheck shell=bash
 
-. "$here/kills.sh"
+burst_yaml() { # burst_yaml ROUND [SIZE]: 20 claims of SIZE (16Mi) on this node
+  local i
+  for i in $(seq 1 20); do
+    cat <<YAML
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: $1-$i
+  namespace: default
+  labels: {app: faults, round: $1}
+  annotations: {volume.kubernetes.io/selected-node: $(hostname)}
+spec:
+  storageClassName: lvm-thick
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: ${2:-16Mi}}}
+YAML
+  done
+}
+
+# The claims of a round, one line each: name;uid;phase;PV;lifecycle (any
+# may be empty). (A kubectl run costs about a second of the guest's CPU
+# under TCG: one list per look.) The waits below ask quietly, and their
+# commands never fail: the API server may be away, and a failed command
+# would set off node.sh's ERR trap.
+claims() { kubectl get pvc -l "app=faults${1:+,round=$1}" -o jsonpath='{range .items[*]}{.metadata.name};{.metadata.uid};{.status.phase};{.spec.volumeName};{.metadata.annotations.pv\.csi\.alibabacloud\.com/volume\.lifecycle}{"\n"}{end}'; }
+
+round_gone() { # round_gone PVS UIDS: those PVs and the LVs of those claims gone
+  local pvs=$1 uids=$2 left
+  left=$(kubectl get pv -o name 2>/dev/null || echo unreachable)
+  [ "$left" != unreachable ] || return 1
+  for pv in $pvs; do ! grep -qx "persistentvolume/$pv" <<<"$left" || return 1; done
+  left=$(volumes -o lv_tags) || return 1 # whole, not piped to grep -q (SIGPIPE)
+  ! grep -q -E "lvm-agent\.pvc\.($uids)(,|[[:space:]]*\$)" <<<"$left"
+}
 PC=/share/powercut # what must outlive the cut: on the host
 STATE_MNT=/var/lib/node-state
 # The node's state: lost with a RAM root at each boot, kept here on vg1.
 STATE_DIRS=(/var/lib/etcd /var/lib/kubelet /var/lib/containerd /var/lib/cni "$CLUSTER_DIR")
-# vg1's LVs but the thin pool and the node's own state (kills.sh's audit
-# and round_gone look at these)
+# vg1's LVs but the thin pool and the node's own state (round_gone and
+# pc_no_orphans look at these)
 volumes() { lvm lvs --noheadings -S 'lv_name!=pool0 && lv_name!=node-state' "$@" vg1; }
 
 pc_state() {
@@ -92,7 +126,7 @@ spec:
   serviceName: pc
   replicas: 3
   podManagementPolicy: Parallel
-  selector: {matchLabels: {pc: writer}} # copied onto the claims too: not app (kills.sh's claims are app=faults)
+  selector: {matchLabels: {pc: writer}} # copied onto the claims too: not app (the bursts' claims are app=faults)
   template:
     metadata: {labels: {pc: writer}}
     spec:
@@ -182,8 +216,7 @@ pc_write() {
   local pods p uid claim pv paths=() n
   step "Power cut: an LV that is not lvm-agent's (foreign), which nothing may touch"
   show kubectl apply -f "$bin/deploy/examples/storageclass-thick.yaml"
-  make_foreign
-  echo "$foreign_before" >"$PC/foreign-before"
+  show lvm-stories foreign -state "$PC/foreign-before"
 
   step "Power cut: a StatefulSet of 3 writers, each appending checksummed, fsync'd records to its claim"
   pc_sts_yaml >"$CLUSTER_DIR/pc-sts.yaml"
@@ -307,8 +340,7 @@ pc_check() {
   show kubectl get pod -l pc=writer -o wide
   show kubectl -n lvm-agent get pods
 
-  step "The audit: the claims, PVs and LVs (kills.sh's), and the ledger's rounds"
-  foreign_before=$(cat "$PC/foreign-before")
+  step "The audit: the claims, PVs and LVs (lvm-stories audit: make test-faults'), and the ledger's rounds"
   # Rounds created (acknowledged) and never deleted: their 20 claims must be there.
   rounds=$(awk '$1 == "create" && $3 == "done" { c[$2] = 1 } $1 == "delete" { d[$2] = 1 }
     END { for (r in c) if (!(r in d)) print r }' "$PC/ledger")
@@ -317,8 +349,8 @@ pc_check() {
     live=$((live + 20))
     [ "$have" = 20 ] || { echo "audit: round $r created before the cut, never deleted: $have claims of 20"; lost=$((lost + 20 - have)); }
   done
-  audit "$live"
-  echo "audit: $audit_row (lost duplicated orphaned open failed foreign)"
+  lvm-stories audit -state "$PC/foreign-before" -live "$live" -node-lvs node-state | tee "$CLUSTER_DIR/audit.txt"
+  audit_row=$(sed -n 's/^audit: \([0-9 ]*\) (lost.*/\1/p' "$CLUSTER_DIR/audit.txt")
   show lvm lvs -o lv_name,lv_size,lv_attr,lv_tags vg1
 
   step "Every record a writer had synced before the cut, read back through its Pod"

@@ -22,7 +22,7 @@
 #              kube-apiserver each killed (and lvmd kept away for 60 s)
 #              during a burst of 20 creates and 20 deletes, then vg1 filled
 #              past what fits, the node audited after each
-#              (scripts/guest/kills.sh).
+#              (integration/stories/faults.go).
 #   host-lvmd  the node as bare-metal users run it: lvmd a host service, the
 #              agent from deploy/overlays/host-lvmd; the host's lvmd and the
 #              agent killed during bursts.
