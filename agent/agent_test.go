@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,9 +18,11 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/lvm-agent/lvm-agent/kube"
@@ -36,6 +40,34 @@ type env struct {
 	agent   *Agent
 	events  *record.FakeRecorder
 	metrics *Metrics
+
+	mu       sync.Mutex
+	reactors []k8stesting.Reactor // prependReactor's, in front of the clientset's own
+}
+
+// prependReactor puts a reaction in front of the clientset's, also once
+// the agent runs: the fake clientset's own chain may not change while its
+// informers read it.
+func (e *env) prependReactor(verb, resource string, fn k8stesting.ReactionFunc) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.reactors = append([]k8stesting.Reactor{&k8stesting.SimpleReactor{Verb: verb, Resource: resource, Reaction: fn}}, e.reactors...)
+}
+
+// react runs the reactions prependReactor added; the clientset's first.
+func (e *env) react(a k8stesting.Action) (bool, runtime.Object, error) {
+	e.mu.Lock()
+	reactors := slices.Clone(e.reactors)
+	e.mu.Unlock()
+	for _, r := range reactors {
+		if !r.Handles(a) {
+			continue
+		}
+		if handled, obj, err := r.React(a); handled {
+			return true, obj, err
+		}
+	}
+	return false, nil, nil
 }
 
 // fakeLVMD is a fake LVM behind a fake lvmd speaking topolvm's wire
@@ -88,6 +120,7 @@ func startOn(t testing.TB, cfg Config, f fakeLVMD, backend lvmbackend.Backend) *
 	// Every answer is conditional on the request's resourceVersion: kept
 	// and checked as the API server does (the fake clientset does neither).
 	kubefake.Versioned(e.client, nil, "persistentvolumeclaims", "persistentvolumes")
+	e.client.PrependReactor("*", "*", e.react)
 	cfg.Node = kube.Node{Name: node, Drivers: []string{kube.DefaultDriver}, Provisioners: []string{kube.DefaultProvisioner}}
 	if cfg.BackoffBase == 0 {
 		cfg.BackoffBase, cfg.BackoffMax = 10*time.Millisecond, 100*time.Millisecond

@@ -222,7 +222,7 @@ func TestRemadeLVMarkThatChangedNothingRemovesNothing(t *testing.T) {
 	gvr := corev1.SchemeGroupVersion.WithResource("persistentvolumeclaims")
 	var doctored atomic.Bool
 	var sameRV atomic.Value // the claim's version carrying the doctored mark
-	e.client.PrependReactor("patch", "persistentvolumeclaims", func(a k8stesting.Action) (bool, runtime.Object, error) {
+	e.prependReactor("patch", "persistentvolumeclaims", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		var p struct {
 			Metadata struct {
 				Annotations map[string]string `json:"annotations"`
@@ -278,7 +278,7 @@ func (e *env) otherAgentAnswersFirst(t *testing.T, change func(*corev1.Persisten
 		return nil
 	})
 	gvr := corev1.SchemeGroupVersion.WithResource("persistentvolumeclaims")
-	e.client.PrependReactor("patch", "persistentvolumeclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
+	e.prependReactor("patch", "persistentvolumeclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
 		if !made.Load() || !once.CompareAndSwap(false, true) {
 			return false, nil, nil
 		}

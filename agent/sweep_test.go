@@ -33,6 +33,7 @@ func startHybrid(t *testing.T) (*env, *kube.Sweeper) {
 	e := &env{client: fake.NewClientset(), fakeLVMD: f}
 	kubefake.Versioned(e.client, nil, "persistentvolumeclaims", "persistentvolumes")
 	filterWatches(e.client)
+	e.client.PrependReactor("*", "*", e.react)
 	n := kube.Node{Name: node, Drivers: []string{kube.DefaultDriver}}
 	cfg := Config{Node: n, BackoffBase: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Workers: 4}
 	inf := kube.NewInformers(clientset.Wrap(e.client), node, kube.WatchHybrid, kube.WithOwner(n))
@@ -193,7 +194,7 @@ func TestStaleSweptObjectReadAgain(t *testing.T) {
 	_, err := e.lvm.Create("thick", "lv1", 4096, []string{OwnerTag(pvc.UID)})
 	require.NoError(t, err)
 	conflicts := 0
-	e.client.PrependReactor("patch", "persistentvolumeclaims", func(a k8stesting.Action) (bool, runtime.Object, error) {
+	e.prependReactor("patch", "persistentvolumeclaims", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		var p struct {
 			Metadata struct {
 				ResourceVersion string `json:"resourceVersion"`
