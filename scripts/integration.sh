@@ -17,7 +17,7 @@
 set -uo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$root"
+cd "$root" || exit
 . scripts/times.sh
 export CGO_ENABLED=0
 shards=${INTEGRATION_SHARDS:-3}
@@ -37,10 +37,10 @@ go build -buildvcs=auto -trimpath -tags grpcnotrace -ldflags "$(scripts/version.
 export LVM_AGENT_BIN=$work/lvm-agent
 times_add "build: lvm-agent" $((SECONDS - t1))
 t1=$SECONDS
-pkgs=$(go list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./integration/...) || exit
+go list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./integration/... >"$work/pkgs" || exit
+mapfile -t pkgs <"$work/pkgs" # one package per line
 mkdir -p "$work/bin"
-# shellcheck disable=SC2086 # one package per word
-go test -c -o "$work/bin/" $pkgs || exit
+go test -c -o "$work/bin/" "${pkgs[@]}" || exit
 times_add "build: the test binaries" $((SECONDS - t1))
 
 # proc NAME DIR BINARY ARGS...: one test process, in its package's directory.
@@ -56,7 +56,7 @@ proc() {
 }
 
 pids=() names=()
-for p in $pkgs; do
+for p in "${pkgs[@]}"; do
   rel=${p#github.com/lvm-agent/lvm-agent/}
   bin=$work/bin/${rel##*/}.test
   if [ "$rel" = integration ] && [ "$shards" -gt 1 ] && [ $# -eq 0 ]; then
@@ -67,8 +67,8 @@ for p in $pkgs; do
       for ((i = s; i < ${#tests[@]}; i += shards)); do run+=("${tests[i]}"); done
       [ ${#run[@]} -gt 0 ] || continue
       pattern="^($(IFS='|'; echo "${run[*]}"))\$"
-      proc "./$rel[$((s + 1))/$shards]" "$rel" "$bin" -test.run "$pattern" &
-      pids+=($!) names+=("./$rel[$((s + 1))/$shards]")
+      proc "./${rel}[$((s + 1))/$shards]" "$rel" "$bin" -test.run "$pattern" &
+      pids+=($!) names+=("./${rel}[$((s + 1))/$shards]")
     done
   else
     proc "./$rel" "$rel" "$bin" "$@" &

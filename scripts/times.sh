@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the build and test scripts. times_add LABEL SECONDS appends a
 # line "STEP<TAB>LABEL<TAB>SECONDS" to $LVM_AGENT_TIMES, which make test's
 # runner (scripts/test.sh) sets and prints as the rows under STEP in its

@@ -18,9 +18,10 @@
 #          plain thin PVC and a thin clone of a 64 MiB thin volume whose Pod
 #          runs, alternately, $runs of each; the medians.
 # shellcheck shell=bash
+: "${runs?}" # node.sh's --runs, read here
 since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.3f", b - a }'; } # since T0: seconds
 bench_clone() {
-  local w=$CLUSTER_DIR/bench-clone i c0 dd_s pvs src dst line row kind start=$SECONDS
+  local w=$CLUSTER_DIR/bench-clone i c0 dd_s pvs pv_list src dst line row kind start=$SECONDS
   mkdir -p "$w"
   step "Bench: a thick clone's copy beside dd's on the same LVs; a thin clone's PVC -> Pod Running beside a plain thin PVC's ($runs each)"
   storage_class lvm-thin-ext4 thin ext4 # thin LVs in vg1/pool0 (lvmd's class "thin")
@@ -48,7 +49,6 @@ bench_clone() {
     c0=$EPOCHREALTIME
     dd if="$src" of="$dst" bs=4M oflag=direct 2>>"$w/dd.err"
     dd_s=$(since "$c0")
-    # shellcheck disable=SC2016 # awk's own $
     awk -v line="$line" -v dd="$dd_s" -v run="copy-$i" '
       function dur(s) { # a Go duration: 1.5s, 850.2ms, 1m2.5s
         if (s ~ /ms$/) return substr(s, 1, length(s) - 2) / 1000
@@ -64,8 +64,8 @@ bench_clone() {
   awk '{ printf "median rates: agent copy %.1f MiB/s, dd %.1f MiB/s: %.2f\n", 256 / $2, 256 / $4, $4 / $2 }' "$w/thick-median.txt"
   pvs=$(kubectl get pvc -l app=benchclone -o jsonpath='{range .items[*]}pv/{.spec.volumeName} {end}')
   kubectl delete pvc -l app=benchclone --wait >/dev/null
-  # shellcheck disable=SC2086 # one word per PV
-  kubectl wait --for=delete $pvs --timeout=600s >/dev/null
+  read -ra pv_list <<<"$pvs" # one word per PV
+  kubectl wait --for=delete "${pv_list[@]}" --timeout=600s >/dev/null
 
   { pvc_yaml tsrc 64Mi lvm-thin-ext4 Filesystem benchthin
     pod_yaml tsrc 'echo source >/data/file && sync /data/file' tsrc benchthin
@@ -74,21 +74,20 @@ bench_clone() {
   # One row per run, PVC created -> Pod Running in seconds; node.sh's medians.
   printf '%-8s %8s %8s\n' run plain clone >"$w/thin.txt"
   for i in $(seq 1 "$runs"); do
-    row="thin-$i"
+    row=("thin-$i")
     for kind in plain clone; do
       c0=$EPOCHREALTIME
       { pvc_yaml "t$kind-$i" 64Mi lvm-thin-ext4 Filesystem benchthin "$([ $kind = plain ] || echo tsrc)"
         pod_yaml "t$kind-$i" true "t$kind-$i" benchthin
       } | kubectl apply -f - >/dev/null
       kubectl wait --for=condition=Ready "pod/t$kind-$i" --timeout=600s >/dev/null
-      row+=" $(since "$c0")"
+      row+=("$(since "$c0")")
       pvs=$(kubectl get pvc "t$kind-$i" -o jsonpath='pv/{.spec.volumeName}')
       kubectl delete pod "t$kind-$i" --wait >/dev/null
       kubectl delete pvc "t$kind-$i" --wait >/dev/null
       kubectl wait --for=delete "$pvs" --timeout=600s >/dev/null
     done
-    # shellcheck disable=SC2086 # one word per column
-    printf '%-8s %8s %8s\n' $row >>"$w/thin.txt"
+    printf '%-8s %8s %8s\n' "${row[@]}" >>"$w/thin.txt"
     echo "bench: thin run $i done ($((SECONDS - start)) s)"
   done
   [ "$(kubectl exec tsrc -- cat /data/file)" = source ]

@@ -20,6 +20,8 @@
 #   ours%    (resizer + agent - lvmd + pv) / total: lvm-agent's share, an
 #            upper bound (resizer holds kube-controller-manager's hand-over)
 # shellcheck shell=bash
+: "${runs?}" "${t0?}" # node.sh's --runs and its start, read here
+pod_log_is() { [ "$(kubectl logs "$1")" = "$2" ]; } # pod_log_is POD TEXT: POD's log is TEXT
 bench_grow() {
   local w=$CLUSTER_DIR/bench-grow i pv watches
   mkdir -p "$w"
@@ -32,10 +34,11 @@ bench_grow() {
   for i in $(seq 0 "$runs"); do
     # The Pod says "grown" once its filesystem's block count changes.
     { pvc_yaml "grow-$i" 64Mi lvm-thick Filesystem benchgrow
+      # shellcheck disable=SC2016 # the Pod's shell expands them
       pod_yaml "grow-$i" 's0=$(stat -f -c %b /data); echo start; while [ $(stat -f -c %b /data) = $s0 ]; do sleep 0.05; done; echo grown' "grow-$i" benchgrow
     } | kubectl apply -f - >/dev/null
     kubectl wait --for=condition=Ready "pod/grow-$i" --timeout=600s >/dev/null
-    within 60 "start in pod/grow-$i's log" eval '[ "$(kubectl logs grow-'"$i"')" = start ]'
+    within 60 "start in pod/grow-$i's log" pod_log_is "grow-$i" start
     kubectl patch pvc "grow-$i" -p '{"spec":{"resources":{"requests":{"storage":"128Mi"}}}}' >/dev/null
     within 600 "grown in pod/grow-$i's log" eval 'kubectl logs grow-'"$i"' | grep -qx grown'
     kubectl logs "grow-$i" --timestamps | sed -n "s/ grown\$/ grow-$i/p" >>"$w/grown.log"
@@ -51,7 +54,6 @@ bench_grow() {
   kubectl -n lvm-agent logs ds/lvm-agent -c lvmd --timestamps >"$w/lvmd.log"
   cat "$w"/pvc.log "$w"/pv.log | sort -n >"$w/watch.log"
   ! grep -q ' /share ' /proc/mounts || cp -r "$w" /share/bench-grow
-  # shellcheck disable=SC2016 # awk's own $
   awk -v runs="$runs" '
     function klog(s) { return substr(s, 7, 2) * 3600 + substr(s, 10, 2) * 60 + substr(s, 13) }
     function rfc(s) { split(substr(s, index(s, "T") + 1), p, ":"); return p[1] * 3600 + p[2] * 60 + p[3] }

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by scripts/test.sh and the guest's test.sh and node.sh: how busy
 # the CPUs were between two readings.
 # cpu: the busy jiffies and all jiffies so far (/proc/stat).

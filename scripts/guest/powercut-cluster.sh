@@ -32,6 +32,7 @@
 #             back through its Pod byte for byte. The counts go to the
 #             share (powercut/result) for faults.sh's table; each must be 0.
 # shellcheck shell=bash
+: "${phase?}" "${bin?}" # node.sh's --phase and --bin, read here
 
 burst_yaml() { # burst_yaml ROUND [SIZE]: 20 claims of SIZE (16Mi) on this node
   local i
@@ -184,7 +185,7 @@ pc_poll() {
     for p in "$@"; do
       s=$(cat "${p#*:}" 2>/dev/null) || s=''
       if [ -n "$s" ] && [ "$s" != "${last[$i]:-}" ]; then
-        echo "$s" >"$PC/synced-${p%%:*}.tmp" && mv "$PC/synced-${p%%:*}.tmp" "$PC/synced-${p%%:*}" && last[$i]=$s
+        echo "$s" >"$PC/synced-${p%%:*}.tmp" && mv "$PC/synced-${p%%:*}.tmp" "$PC/synced-${p%%:*}" && last[i]=$s
       fi
       i=$((i + 1))
     done
@@ -211,6 +212,7 @@ pc_churn() {
 pc_synced() { # pc_synced POD: the records of POD's last poll ("N I": I records of seg-N)
   cat "$PC/synced-$1" 2>/dev/null || echo "0 0"
 }
+pc_synced_ge() { [ "$(pc_synced "$1" | cut -d" " -f2)" -ge "$2" ]; } # pc_synced_ge POD N: POD's last poll has N records or more
 
 pc_write() {
   local pods p uid claim pv paths=() n
@@ -235,7 +237,7 @@ pc_write() {
   [ $n = 3 ]
   pc_poll "${paths[@]}" &
   for p in pc-0 pc-1 pc-2; do
-    within 600 "20 records synced by pod/$p" eval '[ "$(pc_synced '$p' | cut -d" " -f2)" -ge 20 ]'
+    within 600 "20 records synced by pod/$p" pc_synced_ge "$p" 20
   done
   echo "synced so far: $(for p in pc-0 pc-1 pc-2; do printf '%s: %s; ' $p "$(pc_synced $p)"; done)"
 
@@ -288,7 +290,7 @@ pc_no_orphans() { # no LV left of a claim that is gone
   c=$(claims 2>/dev/null) || return 1
   lvs=$(volumes -o lv_name,lv_tags 2>/dev/null) || return 1
   while read -r name tags; do
-    [ -n "$name" ] && [ "$name" != foreign ] || continue
+    if [ -z "$name" ] || [ "$name" = foreign ]; then continue; fi
     uid=$(grep -o -E 'lvm-agent\.pvc\.[0-9a-f-]+' <<<"$tags" | cut -d. -f3 || true)
     awk -F';' -v u="$uid" '$2 == u { f = 1 } END { exit !f }' <<<"$c" || return 1
   done <<<"$lvs"
@@ -334,7 +336,7 @@ pc_check() {
   : >"$PC/recovered" # its time on the host: the recovery's end
   # This boot's logs of the agent and the provisioner, for the host
   # (faults.sh's share, powercut/pod-logs): what the recovery waited on.
-  mkdir -p "$PC/pod-logs" && cp -r /var/log/pods/lvm-agent_* "$PC/pod-logs/" 2>/dev/null || true
+  { mkdir -p "$PC/pod-logs" && cp -r /var/log/pods/lvm-agent_* "$PC/pod-logs/" 2>/dev/null; } || true
   pc_diag
   echo "recovered: $(($(date +%s) - $(cut -d. -f1 "$PC/cut-at" 2>/dev/null || date +%s))) s after the cut (the guest's clock)"
   show kubectl get pod -l pc=writer -o wide

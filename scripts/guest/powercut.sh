@@ -23,7 +23,7 @@ VG=vg1 LVS=(thick0 thin0) MNT=/mnt/powercut
 
 # record N: one line, its checksum over the rest, so a torn or changed
 # line cannot pass for a record.
-record() { local body="record $1 $(printf '%0200d' "$1")"; echo "$body $(echo "$body" | md5sum | cut -c1-32)"; }
+record() { local body; body="record $1 $(printf '%0200d' "$1")"; echo "$body $(echo "$body" | md5sum | cut -c1-32)"; }
 
 writer() { # LV: appends records until the power goes
   local f=$MNT/$1/records i=1
@@ -63,7 +63,10 @@ case ${1:-} in
     lvm lvs --noheadings -o lv_name,lv_active "$VG" | tee /share/lvs-at-boot
     for lv in "${LVS[@]}"; do
       state=$(awk -v n="$lv" '$1 == n { print $2 }' /share/lvs-at-boot)
-      [ "$state" = active ] && [ -b "/dev/$VG/$lv" ] || { echo "powercut: LV $VG/$lv is ${state:-missing} after the boot"; bad=1; }
+      if [ "$state" != active ] || [ ! -b "/dev/$VG/$lv" ]; then
+        echo "powercut: LV $VG/$lv is ${state:-missing} after the boot"
+        bad=1
+      fi
     done
     [ $bad -eq 0 ] || exit 1
     total_synced=0 total_lost=0 total_bad=0

@@ -78,11 +78,13 @@ build() {
     if [ ! -f "$w/go.mod" ]; then
       gomod=$(go mod download -json "$module@$version" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
       [ -n "$gomod" ] || { log "the module proxy does not serve $module@$version"; return 1; }
-      local edits
+      local edits edit_args
       edits=$(replaces "$gomod")
       (cd "$w" && go mod init "lvm-agent/peers-$name" >/dev/null 2>&1)
-      # shellcheck disable=SC2086 # one -replace= per word
-      [ -z "$edits" ] || (cd "$w" && go mod edit $edits)
+      if [ -n "$edits" ]; then
+        mapfile -t edit_args <<<"$edits" # one -replace= per line
+        (cd "$w" && go mod edit "${edit_args[@]}")
+      fi
     fi
     local out
     out=$(cd "$w" && go get -tool "$pkg@$version" 2>&1) || { log "go get -tool $pkg@$version: $out"; return 1; }
@@ -114,16 +116,16 @@ resizer=$(build csi-resizer github.com/kubernetes-csi/external-resizer/v2 "$RESI
 TOOL_PKGS=(util-linux mount e2fsprogs xfsprogs busybox-static)
 debs=$CACHE/peers/debs
 mkdir -p "$debs"
-# shellcheck disable=SC2046 # one package name per word
-uris=$(apt-get download --print-uris "${TOOL_PKGS[@]}" $(apt-cache depends --recurse --no-recommends \
-  --no-suggests --no-conflicts --no-breaks --no-replaces --no-enhances "${TOOL_PKGS[@]}" |
-  grep -E '^lib' | grep -vxE 'libc6|libelogind0' | sort -u))
+mapfile -t libs < <(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts \
+  --no-breaks --no-replaces --no-enhances "${TOOL_PKGS[@]}" |
+  grep -E '^lib' | grep -vxE 'libc6|libelogind0' | sort -u) # one package name per line
+uris=$(apt-get download --print-uris "${TOOL_PKGS[@]}" "${libs[@]}")
 files=$(awk '{gsub(/\x27/, "", $2); print $2}' <<<"$uris")
 todo=$(while read -r f; do [ -f "$debs/$f" ] || echo "${f%%_*}"; done <<<"$files")
 if [ -n "$todo" ]; then
   log "downloading $(wc -w <<<"$todo") Debian packages"
-  # shellcheck disable=SC2086 # one package name per word
-  (cd "$debs" && apt-get download -qq -o APT::Sandbox::User=root $todo)
+  mapfile -t todo_pkgs <<<"$todo" # one package name per line
+  (cd "$debs" && apt-get download -qq -o APT::Sandbox::User=root "${todo_pkgs[@]}")
 fi
 if [ -n "$resolve_only" ]; then
   log "resolved: $hypertopolvm $provisioner $resizer (not built), $(wc -l <<<"$files") Debian packages"

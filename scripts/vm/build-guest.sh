@@ -68,12 +68,12 @@ lib_pkgs() {
 # fetching them. Resolving costs apt several seconds (it keeps no binary cache
 # here), so the answer is reused while apt's lists and this script are unchanged.
 resolve() {
-  local kpkg
+  local kpkg libs
   kpkg=$(kernel_pkg)
   if [ -z "$kpkg" ]; then apt_update; kpkg=$(kernel_pkg); fi
   [ -n "$kpkg" ] || { log "apt offers no linux-image-6.1.0-*-amd64"; return 1; }
-  # shellcheck disable=SC2046 # one package name per word
-  apt-get download --print-uris "$kpkg" "${GUEST_PKGS[@]}" $(lib_pkgs)
+  mapfile -t libs < <(lib_pkgs) # one package name per line
+  apt-get download --print-uris "$kpkg" "${GUEST_PKGS[@]}" "${libs[@]}"
 }
 
 ensure_host_packages
@@ -104,8 +104,8 @@ mkdir -p "$debs"
 todo=$(while read -r f; do [ -f "$debs/$f" ] || echo "${f%%_*}"; done <<<"$files")
 if [ -n "$todo" ]; then
   log "downloading $(wc -w <<<"$todo") packages"
-  # shellcheck disable=SC2086 # one package name per word
-  if ! (cd "$debs" && apt-get download -qq -o APT::Sandbox::User=root $todo); then
+  mapfile -t todo_pkgs <<<"$todo" # one package name per line
+  if ! (cd "$debs" && apt-get download -qq -o APT::Sandbox::User=root "${todo_pkgs[@]}"); then
     # Stale package lists name files the archive no longer has: refresh, and
     # start over once with a fresh resolution.
     [ -z "${BUILD_GUEST_RETRY:-}" ] || exit 1

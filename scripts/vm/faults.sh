@@ -66,7 +66,10 @@ power_cut() {
   rc=0
   "$here/run.sh" --timeout "$timeout" --share "$share" --disk "$disk" --power-cut -- \
     bash /opt/lvm-agent/guest/powercut.sh write /dev/vda || rc=$?
-  [ $rc -eq 0 ] && [ -e "$share/.vm/power-cut" ] || { log "FAILED: the first boot ended (exit $rc) without the power cut"; return 1; }
+  if [ $rc -ne 0 ] || [ ! -e "$share/.vm/power-cut" ]; then
+    log "FAILED: the first boot ended (exit $rc) without the power cut"
+    return 1
+  fi
   cut=$(date -r "$share/.vm/power-cut" +%s)
   log "power cut: second boot on the same disk ($(du -h "$disk" | cut -f1) of $(du -h --apparent-size "$disk" | cut -f1) allocated)"
   rc=0
@@ -102,7 +105,10 @@ power_cut_cluster() {
   truncate -s 4G "$pc_disk" # vg1: the state LV (1.5 GiB), the thin pool, the claims
   log "power cut, cluster: first boot, the cluster, writers and claims, then QEMU killed"
   "$here/node.sh" --timeout 2700 --disk "$pc_disk" --share "$share" --power-cut -- --mode powercut --phase write || rc=$?
-  [ $rc -eq 0 ] && [ -e "$share/.vm/power-cut" ] || { log "FAILED: the first boot ended (exit $rc) without the power cut"; return 1; }
+  if [ $rc -ne 0 ] || [ ! -e "$share/.vm/power-cut" ]; then
+    log "FAILED: the first boot ended (exit $rc) without the power cut"
+    return 1
+  fi
   cut=$(date -r "$share/.vm/power-cut" +%s.%N) # run.sh removes it at the next boot
   echo "$cut" >"$share/powercut/cut-at"
   log "power cut, cluster: second boot on the same disk ($(du -h "$pc_disk" | cut -f1) of $(du -h --apparent-size "$pc_disk" | cut -f1) allocated)"
@@ -142,7 +148,7 @@ node() {
 # The kills took 2490 s on ee4faa4, close to node.sh's default limit (2700 s).
 ! part kills || node kills --timeout 3600 -- --mode faults || failed+=(kills)
 for i in host-lvmd systemd; do
-  ! part $i || node $i --timeout 2700 -- --mode faults --install $i --faults lvmd,agent || failed+=($i)
+  ! part $i || node $i --timeout 2700 -- --mode faults --install $i --faults lvmd,agent || failed+=("$i")
 done
 log "$([ ${#failed[@]} -eq 0 ] && echo OK || echo "FAILED: ${failed[*]}") in $((SECONDS - t0)) s"
 [ ${#failed[@]} -eq 0 ]

@@ -42,10 +42,10 @@ lvmd=$("$root/scripts/lvmd-build.sh" lvmd)
 # busybox-static from Debian's archive, once.
 debs=$CACHE/images/debs
 mkdir -p "$debs"
-deb=$(ls "$debs"/busybox-static_*.deb 2>/dev/null | tail -n1 || true)
+deb=$(find "$debs" -maxdepth 1 -name 'busybox-static_*.deb' | sort | tail -n1)
 if [ -z "$deb" ]; then
   (cd "$debs" && apt-get download -qq -o APT::Sandbox::User=root busybox-static)
-  deb=$(ls "$debs"/busybox-static_*.deb | tail -n1)
+  deb=$(find "$debs" -maxdepth 1 -name 'busybox-static_*.deb' | sort | tail -n1)
 fi
 dpkg-deb -x "$deb" "$work/bb"
 bb=$work/bb/bin/busybox
