@@ -35,10 +35,13 @@ build:
 # package's build-cache key, so vetting the whole module with it compiled
 # every dependency a second time (157 CPU-s cold, measured); the guest's
 # test binaries compile these packages' dependencies with the tag anyway.
+# Then shellcheck on every tracked shell file (scripts/shellcheck.sh
+# installs Debian's package when it is missing).
 vet:
 	go vet ./...
 	go vet -tags guest $$(git grep -l '^//go:build.*guest' -- '*.go' | xargs -n1 dirname | sort -u | sed 's|^|./|')
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
+	scripts/shellcheck.sh
 
 # The README's test command: unit tests, integration tests against a real
 # etcd + kube-apiserver, the in-guest suite against real LVM and lvmd, and
