@@ -127,6 +127,9 @@ func connect() (*rest.Config, kubernetes.Interface, error) {
 		return nil, nil, fmt.Errorf("the cluster ($KUBECONFIG): %w", err)
 	}
 	cfg.UserAgent = "lvm-stories"
+	// Each request ends: a wait asks again (an API server killed by a
+	// story may leave a connection that never answers).
+	cfg.Timeout = 30 * time.Second
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("the cluster ($KUBECONFIG): %w", err)

@@ -216,7 +216,7 @@ pki() {
   while read -r name ext subj; do
     openssl req -config "$cnf" -x509 -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" "${ec[@]}" \
       -keyout "$PKI/$name.key" -out "$PKI/$name.crt" -subj "$subj" -days 365 -extensions "$ext" 2>/dev/null
-    [ "$ext" = client ] && [ "$name" != apiserver-kubelet-client ] || continue
+    if [ "$ext" != client ] || [ "$name" = apiserver-kubelet-client ]; then continue; fi
     printf '%s\n' 'apiVersion: v1' 'kind: Config' 'clusters:' '- name: guest' \
       "  cluster: {server: \"https://$NODE_IP:6443\", certificate-authority: \"$PKI/ca.crt\"}" \
       'users:' "- name: $name" "  user: {client-certificate: \"$PKI/$name.crt\", client-key: \"$PKI/$name.key\"}" \

@@ -158,12 +158,14 @@ host_install() {
   service lvmd "$bin/lvmd" --config /etc/topolvm/lvmd.yaml --metrics-bind-address=
   within 120 "lvmd socket" test -S /run/topolvm/lvmd.sock
   # The overlay with this guest's image names (deploy/overlays/guest's);
-  # kustomize takes only a relative path.
+  # kustomize takes only a relative path: each part of $k as "../".
+  local up
+  up=$(printf '%s' "$k" | tr -cd / | sed 's|/|../|g')
   cat >"$k/kustomization.yaml" <<YAML
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources:
-  - $(echo "$k" | sed 's|/[^/]*|../|g')${bin#/}/deploy/overlays/host-lvmd
+  - $up${bin#/}/deploy/overlays/host-lvmd
 images:
   - name: ghcr.io/lvm-agent/lvm-agent
     newName: localhost/lvm-agent/lvm-agent
@@ -373,7 +375,6 @@ bench() {
   cat "$w"/pvc.log "$w"/pv.log "$w"/pod.log | sort -n >"$w/watch.log"
   ! grep -q ' /share ' /proc/mounts || cp -r "$w" /share/bench
   # Every time as seconds since midnight (UTC; a run never spans midnight).
-  # shellcheck disable=SC2016 # awk's own $
   awk -v runs="$runs" '
     function klog(s) { return substr(s, 7, 2) * 3600 + substr(s, 10, 2) * 60 + substr(s, 13) }
     function dur(s) { # a Go duration: 1.5s, 850.2ms, 900µs, 1m2.5s
@@ -461,7 +462,6 @@ if [ "$install" = helm ]; then
     "charts/lvm-agent with this guest's image names and pullPolicy Never, and clones on (agent.thickClones, lvmd's" \
     "thin class in vg1/pool0: what deploy/overlays/guest sets)." \
     "It makes the lvm-agent DaemonSet (the agent and topolvm's lvmd on each node) and the provisioner Deployment."
-  # shellcheck disable=SC2016 # YAML
   sed -n '/^device-classes:/,$p' "$bin/deploy/overlays/clones/lvmd.yaml" | sed 's/^/    /' |
     cat <(printf 'agent:\n  thickClones: true\nlvmd:\n  config:\n') - >"$CLUSTER_DIR/clones.values.yaml"
   show cat "$CLUSTER_DIR/clones.values.yaml"

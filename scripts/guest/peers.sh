@@ -508,7 +508,6 @@ event_writes() {
       echo "$s $(cat "$w/snap/$s.r$r.seq.a.t" 2>/dev/null) $(cat "$w/snap/$s.r$r.seq.b.t" 2>/dev/null)"
     done
   done >"$w/seq-windows"
-  # shellcheck disable=SC2016 # awk's own $
   # (one space between fields, empty ones kept: a PV's namespace)
   awk -F '[ ]' -v vols=$((runs * rounds)) -v ns_a="${NS[lvm-agent]}" -v ns_t="${NS[topolvm]}" '
     FILENAME ~ /seq-windows$/ { if (NF == 3) { n++; WS[n] = $1; WA[n] = $2; WB[n] = $3 }; next }
@@ -539,7 +538,6 @@ report() {
     "which the Go module proxy refuses); node-driver-registrar and livenessprobe: the bench's minimal" \
     "ones (scripts/peers/csi-sidecars: no version of either is served by the Go module proxy)." \
     "lvm-agent: deploy/overlays/guest. $runs one at a time, bursts of $burst, $grows grown, $size $fs, $rounds rounds."
-  # shellcheck disable=SC2016 # awk's own $
   awk -v runs="$runs" -v burst="$burst" -v grows="$grows" -v rounds="$rounds" -v own_idle="$own_idle" -v snap="$w/snap" '
     function rfc(s) { split(substr(s, index(s, "T") + 1), p, ":"); return p[1] * 3600 + p[2] * 60 + p[3] }
     function first(k, t) { if (!(k in T)) T[k] = t }

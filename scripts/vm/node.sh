@@ -42,18 +42,18 @@ load() { cut -d' ' -f1-3 /proc/loadavg; }
 echo "node: host load at the start: $(load)"
 
 # helm only for --install helm: a cold build of it costs minutes.
-helm=
-case " $* " in *" --install helm "*) helm=helm ;; esac
+helm=()
+case " $* " in *" --install helm "*) helm=(helm) ;; esac
 # A node with lvmd as a host service runs the binaries themselves, not from
 # the image: lvmd, and the agent (--install systemd).
-host=
-case " $* " in *" --install host-lvmd "* | *" --install systemd "*) host="lvmd lvm-agent" ;; esac
+host=()
+case " $* " in *" --install host-lvmd "* | *" --install systemd "*) host=(lvmd lvm-agent) ;; esac
 # The guest image (Debian's packages: downloads, unpacking) is made beside
 # the builds; run.sh then finds it cached.
 "$here/build-guest.sh" >/dev/null &
 guest=$!
 files=$("$here/guest-files.sh" --stage etcd kube-apiserver kube-controller-manager kube-scheduler \
-  kubelet kubectl kube-proxy containerd containerd-shim-runc-v2 ctr images lvm-stories $helm $host)
+  kubelet kubectl kube-proxy containerd containerd-shim-runc-v2 ctr images lvm-stories ${helm[@]+"${helm[@]}"} ${host[@]+"${host[@]}"})
 trap 'rm -rf "$files"' EXIT
 wait "$guest" || echo "node: the guest image was not built; run.sh tries again"
 cp -a "$root/deploy" "$files/deploy"
