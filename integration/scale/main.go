@@ -6,7 +6,9 @@
 // number of foreign objects and each watch mode it starts a fresh agent and
 // prints one row: memory, CPU, what the agent received, start-to-ready time,
 // and bursts of creates for its node. The foreign objects are made once,
-// growing between the rows; only the agent restarts.
+// growing between the rows; only the agent restarts. With -leader-claims
+// it measures the provisioner's leader instead (leader.go): its memory
+// with that many bound claims.
 //
 //	KUBEBUILDER_ASSETS=$(scripts/kube-assets.sh) go run ./integration/scale [flags]
 package main
@@ -80,8 +82,22 @@ func main() {
 	flag.StringVar(&fc.restartMode, "restart-mode", "hybrid", "cluster mode: watch mode of the restart")
 	flag.Float64Var(&fc.unlabelledRequests, "unlabelled-requests", 0.1, "cluster mode: fraction of a hybrid row's create requests written without the node label (answered once the labeller labels them)")
 	flag.DurationVar(&fc.restartDown, "restart-down", 5*time.Second, "cluster mode: how long the API server stays down")
+	leaderClaims := flag.String("leader-claims", "", "leader mode: numbers of bound claims (each with its PV), comma-separated, ascending: the provisioner's leader's memory at each; the other modes' flags then do not apply")
+	leaderSettle := flag.Duration("leader-settle", 30*time.Second, "leader mode: how long the provisioner runs after its claims controller started before its memory is read")
 	flag.Parse()
 	var err error
+	if *leaderClaims != "" {
+		claims, err := ints(*leaderClaims)
+		if err != nil {
+			fatal("-leader-claims: %v", err)
+		}
+		rows, err := runLeader(context.Background(), cfg, claims, *leaderSettle, os.Stderr)
+		if err != nil {
+			fatal("%v", err)
+		}
+		printLeader(os.Stdout, *leaderSettle, rows)
+		return
+	}
 	if *nodes != "" {
 		if fc.nodes, err = ints(*nodes); err != nil {
 			fatal("-nodes: %v", err)
