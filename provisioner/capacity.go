@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -13,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
+	storageinformers "k8s.io/client-go/informers/storage/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -36,26 +38,26 @@ type Capacity struct {
 	name       string // provisioner
 	namespace  string // of the CSIStorageCapacity objects
 	annotation string // Node capacity annotation
-	factories  []informers.SharedInformerFactory
 	nodes      cache.SharedIndexInformer
 	classes    cache.SharedIndexInformer
 	objects    cache.SharedIndexInformer
 	queue      workqueue.TypedRateLimitingInterface[string]
 }
 
-// NewCapacity wires the informers; Run starts them. Its Nodes are those of
-// nodes, the leader's NodeCache (a Node's labels and capacity annotation are
-// all it reads).
-func NewCapacity(client kubernetes.Interface, nodes informers.SharedInformerFactory, provisioner, namespace, annotation string) *Capacity {
-	all := informers.NewSharedInformerFactory(client, 0)
-	own := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.LabelSelector = labels.Set{LabelProvisioner: provisioner}.String()
-		}))
+// NewCapacity wires the capacity writer to the leader's informers
+// (NewInformers: a Node's labels and capacity annotation are all it reads
+// of one); Run runs it once they are started.
+func NewCapacity(client kubernetes.Interface, factory informers.SharedInformerFactory, provisioner, namespace, annotation string) *Capacity {
+	// Its own CSIStorageCapacity objects only, in the factory so that it is
+	// started with the others. The factory holds one informer per kind:
+	// this filtered one is the factory's CSIStorageCapacity informer, and
+	// nothing else of the leader reads that kind.
+	own := factory.InformerFor(&storagev1.CSIStorageCapacity{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return storageinformers.NewFilteredCSIStorageCapacityInformer(c, namespace, resync, cache.Indexers{},
+			func(o *metav1.ListOptions) { o.LabelSelector = labels.Set{LabelProvisioner: provisioner}.String() })
+	})
 	c := &Capacity{client: client, name: provisioner, namespace: namespace, annotation: annotation,
-		factories: []informers.SharedInformerFactory{all, own, nodes},
-		nodes:     nodes.Core().V1().Nodes().Informer(), classes: all.Storage().V1().StorageClasses().Informer(),
-		objects: own.Storage().V1().CSIStorageCapacities().Informer(),
+		nodes: factory.Core().V1().Nodes().Informer(), classes: factory.Storage().V1().StorageClasses().Informer(), objects: own,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "capacity"})}
 	// Every change leads to one pass over the whole set: the single key
@@ -66,7 +68,7 @@ func NewCapacity(client kubernetes.Interface, nodes informers.SharedInformerFact
 		DeleteFunc: func(any) { c.queue.Add("all") },
 	}
 	for _, inf := range []cache.SharedIndexInformer{c.nodes, c.classes, c.objects} {
-		_, _ = inf.AddEventHandler(h) // fails only on a stopped informer
+		_ = handle(inf, h) // fails only on a stopped informer
 	}
 	return c
 }
@@ -74,9 +76,6 @@ func NewCapacity(client kubernetes.Interface, nodes informers.SharedInformerFact
 // Run keeps the objects in step until ctx ends.
 func (c *Capacity) Run(ctx context.Context) {
 	defer c.queue.ShutDown()
-	for _, f := range c.factories {
-		f.Start(ctx.Done())
-	}
 	if !cache.WaitForCacheSync(ctx.Done(), c.nodes.HasSynced, c.classes.HasSynced, c.objects.HasSynced) {
 		return
 	}

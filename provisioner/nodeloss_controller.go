@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
@@ -19,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/lvm-agent/lvm-agent/kube"
 	"github.com/lvm-agent/lvm-agent/kube/apiclient"
@@ -54,32 +54,46 @@ type NodeLoss struct {
 	queue    workqueue.TypedRateLimitingInterface[string]
 	recorder record.EventRecorder
 	metrics  *NodeLossMetrics
-	now      func() time.Time
+	clock    clock.WithTicker
+	synced   []cache.InformerSynced
+	// onLook, when set, is told of each of sync's decisions (the tests'
+	// proof that the controller looked at a node).
+	onLook func(look)
 
 	mu        sync.Mutex
 	goneSince map[string]time.Time // node name → first seen without a Node
+	graceEnds map[string]time.Time // node name → when the grace of its missing Node ends
 	names     map[string]string    // volume.node label value → node name
 	counted   map[string]bool      // nodes lost now, counted in the metric
 	looked    map[string]bool      // nodes looked at since the start
 }
 
-// RunNodeLoss runs the node-loss controller until ctx ends. lost is the
-// Provisioner's (Config.LostNodes), which it keeps up to date.
-func RunNodeLoss(ctx context.Context, client kubernetes.Interface, p *Provisioner, grace time.Duration, m *NodeLossMetrics) {
+// NewNodeLoss wires the node-loss controller to the leader's informers
+// (NewInformers); Run runs it. It keeps p's LostNodes (Config.LostNodes)
+// up to date.
+func NewNodeLoss(factory informers.SharedInformerFactory, p *Provisioner, grace time.Duration, m *NodeLossMetrics) *NodeLoss {
+	return newNodeLoss(factory, p, grace, m, clock.RealClock{})
+}
+
+// newNodeLoss is NewNodeLoss on clk: the grace and its rechecks run on it.
+func newNodeLoss(factory informers.SharedInformerFactory, p *Provisioner, grace time.Duration, m *NodeLossMetrics, clk clock.WithTicker) *NodeLoss {
 	if grace <= 0 {
 		grace = DefaultNodeLossGrace
 	}
-	factory := informers.NewSharedInformerFactory(client, 0)
-	recorder, stop := kube.NewRecorder(p.api, p.cfg.Name, "")
-	defer stop()
+	infs := []cache.SharedIndexInformer{factory.Core().V1().Nodes().Informer(), factory.Core().V1().PersistentVolumes().Informer(),
+		factory.Core().V1().PersistentVolumeClaims().Informer(), factory.Storage().V1().StorageClasses().Informer(),
+		factory.Apps().V1().StatefulSets().Informer()}
 	c := &NodeLoss{client: p.api, name: p.cfg.Name, grace: grace, lost: p.cfg.LostNodes,
 		nodes: factory.Core().V1().Nodes().Lister(), pvs: factory.Core().V1().PersistentVolumes().Lister(),
 		pvcs: factory.Core().V1().PersistentVolumeClaims().Lister(), classes: factory.Storage().V1().StorageClasses().Lister(),
 		sets: factory.Apps().V1().StatefulSets().Lister(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Second, time.Minute),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "node-loss"}),
-		recorder: recorder, metrics: m, now: time.Now,
-		goneSince: map[string]time.Time{}, names: map[string]string{}, counted: map[string]bool{}, looked: map[string]bool{}}
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "node-loss", Clock: clk}),
+		metrics: m, clock: clk,
+		goneSince: map[string]time.Time{}, graceEnds: map[string]time.Time{}, names: map[string]string{}, counted: map[string]bool{}, looked: map[string]bool{}}
+	for _, inf := range infs {
+		c.synced = append(c.synced, inf.HasSynced)
+	}
 	if c.lost == nil {
 		c.lost = NewLostNodes()
 	}
@@ -87,22 +101,26 @@ func RunNodeLoss(ctx context.Context, client kubernetes.Interface, p *Provisione
 		c.metrics = NewNodeLossMetrics(nil)
 	}
 	c.handle(factory)
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
+	return c
+}
+
+// Run looks at the nodes until ctx ends, once the informers have synced.
+func (c *NodeLoss) Run(ctx context.Context) {
 	defer c.queue.ShutDown()
-	for _, synced := range factory.WaitForCacheSync(ctx.Done()) {
-		if !synced {
-			return
-		}
+	recorder, stop := kube.NewRecorder(c.client, c.name, "")
+	defer stop()
+	c.recorder = recorder
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		return
 	}
 	c.missingAtStart()
-	klog.InfoS("Node-loss controller started", "grace", grace)
+	klog.InfoS("Node-loss controller started", "grace", c.grace)
 	go wait.UntilWithContext(ctx, c.work, time.Second)
 	<-ctx.Done()
 }
 
 func (c *NodeLoss) handle(factory informers.SharedInformerFactory) {
-	_, _ = factory.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	_ = handle(factory.Core().V1().Nodes().Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if n, ok := obj.(*corev1.Node); ok {
 				c.mu.Lock()
@@ -124,7 +142,7 @@ func (c *NodeLoss) handle(factory informers.SharedInformerFactory) {
 			if n, ok := obj.(*corev1.Node); ok {
 				c.mu.Lock()
 				if _, seen := c.goneSince[n.Name]; !seen {
-					c.goneSince[n.Name] = c.now()
+					c.goneSince[n.Name] = c.clock.Now()
 				}
 				c.mu.Unlock()
 				c.queue.Add(n.Name)
@@ -141,7 +159,7 @@ func (c *NodeLoss) handle(factory informers.SharedInformerFactory) {
 		}
 	}
 	for _, inf := range []cache.SharedIndexInformer{factory.Core().V1().PersistentVolumes().Informer(), factory.Core().V1().PersistentVolumeClaims().Informer()} {
-		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: onObject, UpdateFunc: func(_, obj any) { onObject(obj) }})
+		_ = handle(inf, cache.ResourceEventHandlerFuncs{AddFunc: onObject, UpdateFunc: func(_, obj any) { onObject(obj) }})
 	}
 }
 
@@ -194,7 +212,7 @@ func (c *NodeLoss) missingAtStart() {
 		if _, err := c.nodes.Get(name); apierrors.IsNotFound(err) {
 			c.mu.Lock()
 			if _, seen := c.goneSince[name]; !seen {
-				c.goneSince[name] = c.now()
+				c.goneSince[name] = c.clock.Now()
 			}
 			c.mu.Unlock()
 			c.queue.Add(name)
@@ -223,13 +241,16 @@ func (c *NodeLoss) sync(ctx context.Context, name string) error {
 		since = time.Time{}
 	}
 	c.mu.Unlock()
-	reason, lost, recheck := NodeLost(node, since, c.now(), c.grace)
+	now := c.clock.Now()
+	reason, lost, recheck := NodeLost(node, since, now, c.grace)
 	if !lost && node == nil {
 		// A node lost by its taint and then deleted stays lost.
 		if r, was := c.lost.Lost(kube.NodeLabelValue(name)); was {
 			reason, lost = r, true
 		}
 	}
+	// Told once the sync is done, with what it did.
+	defer c.look(name, node, since, now, lost, reason, recheck)
 	if !lost {
 		c.lost.set(name, "")
 		c.mu.Lock()
@@ -281,4 +302,43 @@ func (c *NodeLoss) sync(ctx context.Context, name string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// look is one of sync's decisions on the node name, once it is carried
+// out: node its Node (nil: none), missing since since. It is logged (every one at V(4); at V(2) a
+// deleted Node's grace, when it starts and when it ends with the Node
+// back), and told to onLook.
+func (c *NodeLoss) look(name string, node *corev1.Node, since, now time.Time, lost bool, reason string, recheck time.Duration) {
+	rv := ""
+	if node != nil {
+		rv = node.ResourceVersion
+	}
+	klog.V(4).InfoS("Node looked at", "node", name, "resourceVersion", rv, "lost", lost, "reason", reason, "recheckIn", recheck)
+	c.mu.Lock()
+	ends, waiting := c.graceEnds[name]
+	switch {
+	case node == nil && recheck > 0 && (!waiting || !ends.Equal(since.Add(c.grace))):
+		ends = since.Add(c.grace)
+		c.graceEnds[name] = ends
+		klog.V(2).InfoS("Node deleted: lost unless it registers again within the grace", "node", name, "graceEnds", ends)
+	case node != nil && waiting && !now.Before(ends):
+		delete(c.graceEnds, name)
+		klog.V(2).InfoS("Node registered again within its grace: not lost", "node", name, "graceEnded", ends)
+	case lost:
+		delete(c.graceEnds, name) // the loss is logged
+	}
+	c.mu.Unlock()
+	if c.onLook != nil {
+		c.onLook(look{node: name, present: node != nil, resourceVersion: rv, at: now, lost: lost, recheck: recheck})
+	}
+}
+
+// look is one decision of sync, for the tests.
+type look struct {
+	node            string
+	present         bool
+	resourceVersion string
+	at              time.Time
+	lost            bool
+	recheck         time.Duration
 }

@@ -15,7 +15,8 @@ import (
 )
 
 // What the node-loss controller does with each claim and PV of a lost
-// node (nodeloss.go decides when a node is lost).
+// node (nodeloss_rule.go says when a node is lost, nodeloss_controller.go
+// decides it).
 
 // releaseVolume handles one of our PVs on the lost node: its claim if it
 // is bound, or the PV itself if it is released.

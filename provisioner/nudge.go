@@ -38,15 +38,19 @@ type Nudger struct {
 	name    string
 	claims  corelisters.PersistentVolumeClaimLister
 	volumes corelisters.PersistentVolumeLister
+	synced  []cache.InformerSynced
 	queue   workqueue.TypedRateLimitingInterface[string]
 	nudges  *prometheus.CounterVec
 }
 
-// NewNudger watches claims and PVs through factory (the resizer's).
+// NewNudger watches claims and PVs through factory (the leader's,
+// NewInformers).
 func NewNudger(client kubernetes.Interface, name string, factory informers.SharedInformerFactory, reg prometheus.Registerer) (*Nudger, error) {
 	n := &Nudger{client: clientset.Wrap(client), name: name,
 		claims:  factory.Core().V1().PersistentVolumeClaims().Lister(),
 		volumes: factory.Core().V1().PersistentVolumes().Lister(),
+		synced: []cache.InformerSynced{factory.Core().V1().PersistentVolumeClaims().Informer().HasSynced,
+			factory.Core().V1().PersistentVolumes().Informer().HasSynced},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Second, time.Minute),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nudge"}),
 		nudges: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lvm_agent_provisioner_kubelet_nudges_total",
@@ -67,9 +71,9 @@ func NewNudger(client kubernetes.Interface, name string, factory informers.Share
 			n.queue.Add(pvc.Namespace + "/" + pvc.Name)
 		}
 	}
-	_, err := factory.Core().V1().PersistentVolumeClaims().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	_, err := factory.Core().V1().PersistentVolumeClaims().Informer().AddEventHandlerWithResyncPeriod(cache.ResourceEventHandlerFuncs{
 		AddFunc: enqueue, UpdateFunc: func(_, obj any) { enqueue(obj) },
-	})
+	}, resizeResync)
 	return n, err
 }
 
@@ -93,9 +97,13 @@ func usesClaim(pod *corev1.Pod, claim string) bool {
 	})
 }
 
-// Run works the queue until ctx ends.
+// Run works the queue until ctx ends, once the informers have synced (a
+// claim's PV not in the cache yet would be taken for a PV not ours).
 func (n *Nudger) Run(ctx context.Context) {
 	defer n.queue.ShutDown()
+	if !cache.WaitForCacheSync(ctx.Done(), n.synced...) {
+		return
+	}
 	go work(ctx, n.queue, n.sync, func(key string, err error) {
 		klog.ErrorS(err, "Kubelet not nudged yet; retrying", "claim", key)
 	})

@@ -17,7 +17,7 @@ const (
 	ParamTags        = "tags"
 	ParamStriping    = "striping"
 	// ParamOnNodeLoss says what becomes of a claim whose node is lost for
-	// good (nodeloss.go): OnNodeLossRecreate or OnNodeLossKeep.
+	// good (nodeloss_release.go): OnNodeLossRecreate or OnNodeLossKeep.
 	ParamOnNodeLoss = "onNodeLoss"
 	// ParamWipe says whether a new volume of the class must read zeros
 	// where its own tenant has not written: WipeZero (the default) or

@@ -12,7 +12,6 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
@@ -42,22 +41,22 @@ type Placer struct {
 	p        *Provisioner
 	pvcs     corelisters.PersistentVolumeClaimLister
 	classes  storagelisters.StorageClassLister
+	synced   []cache.InformerSynced
 	queue    workqueue.TypedRateLimitingInterface[string]
 	recorder record.EventRecorder
 }
 
-// RunPlacer runs a Placer over the claims of p until ctx ends.
-func RunPlacer(ctx context.Context, client kubernetes.Interface, p *Provisioner) {
-	factory := informers.NewSharedInformerFactory(client, 0)
-	recorder, stop := kube.NewRecorder(p.api, p.cfg.Name, "")
-	defer stop()
-	pl := &Placer{p: p, pvcs: factory.Core().V1().PersistentVolumeClaims().Lister(),
-		classes: factory.Storage().V1().StorageClasses().Lister(),
+// NewPlacer makes a Placer over the claims of p, with the leader's
+// informers (NewInformers); Run runs it.
+func NewPlacer(factory informers.SharedInformerFactory, p *Provisioner) *Placer {
+	claims := factory.Core().V1().PersistentVolumeClaims()
+	classes := factory.Storage().V1().StorageClasses()
+	pl := &Placer{p: p, pvcs: claims.Lister(), classes: classes.Lister(),
+		synced: []cache.InformerSynced{claims.Informer().HasSynced, classes.Informer().HasSynced},
 		// A refused source may be bound, or grown, later: looked at again,
 		// at most a minute apart.
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Second, time.Minute),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "clone-placer"}),
-		recorder: recorder}
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "clone-placer"})}
 	enqueue := func(obj any) {
 		if pvc, ok := obj.(*corev1.PersistentVolumeClaim); ok && unplaced(pvc) {
 			if key, err := cache.MetaNamespaceKeyFunc(pvc); err == nil {
@@ -65,14 +64,18 @@ func RunPlacer(ctx context.Context, client kubernetes.Interface, p *Provisioner)
 			}
 		}
 	}
-	_, err := factory.Core().V1().PersistentVolumeClaims().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: enqueue, UpdateFunc: func(_, obj any) { enqueue(obj) }})
-	utilruntime.Must(err)
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
+	utilruntime.Must(handle(claims.Informer(), cache.ResourceEventHandlerFuncs{
+		AddFunc: enqueue, UpdateFunc: func(_, obj any) { enqueue(obj) }}))
+	return pl
+}
+
+// Run places clones until ctx ends, once the informers have synced.
+func (pl *Placer) Run(ctx context.Context) {
 	defer pl.queue.ShutDown()
-	if !cache.WaitForCacheSync(ctx.Done(), factory.Core().V1().PersistentVolumeClaims().Informer().HasSynced,
-		factory.Storage().V1().StorageClasses().Informer().HasSynced) {
+	recorder, stop := kube.NewRecorder(pl.p.api, pl.p.cfg.Name, "")
+	defer stop()
+	pl.recorder = recorder
+	if !cache.WaitForCacheSync(ctx.Done(), pl.synced...) {
 		return
 	}
 	go wait.UntilWithContext(ctx, pl.work, time.Second)

@@ -22,7 +22,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilcache "k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/klog/v2"
@@ -65,7 +64,7 @@ type Config struct {
 	// off): no volume is asked of a lost node, and a wait for its agent's
 	// answer ends when it is lost.
 	LostNodes *LostNodes
-	// Nodes is a cache of the Nodes (NodeCache), read for the selected
+	// Nodes is the leader's cache of the Nodes (NewInformers), read for the selected
 	// node's hostname label and capacity annotation instead of a round trip
 	// to the API server before each request (nil: always that round trip).
 	// A Node it does not hold, or holds without the label, is read from the
@@ -83,25 +82,6 @@ func (p *Provisioner) selectedNode(ctx context.Context, name string) (*corev1.No
 		}
 	}
 	return p.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-}
-
-// NodeCache is the informer factory behind Config.Nodes and the capacity
-// writer's Nodes: Nodes trimmed to what both read (name, labels and the
-// capacity annotation), so that the cache holds no status, images or
-// conditions. Start it with the leader's context.
-func NodeCache(client kubernetes.Interface, annotation string) (informers.SharedInformerFactory, corelisters.NodeLister) {
-	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(func(obj any) (any, error) {
-		n, ok := obj.(*corev1.Node)
-		if !ok {
-			return obj, nil // a tombstone
-		}
-		t := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion, Labels: n.Labels}}
-		if v, ok := n.Annotations[annotation]; ok {
-			t.Annotations = map[string]string{annotation: v}
-		}
-		return t, nil
-	}))
-	return f, f.Core().V1().Nodes().Lister()
 }
 
 // Provisioner implements controller.Provisioner and controller.BlockProvisioner.

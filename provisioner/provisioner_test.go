@@ -310,12 +310,14 @@ func TestProvisionReadsTheNodeCache(t *testing.T) {
 	}
 }
 
-// NodeCache keeps of a Node only what Provision reads.
-func TestNodeCacheTrims(t *testing.T) {
+// The leader's informers keep of a Node only what its controllers read.
+func TestInformersTrimNodes(t *testing.T) {
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a", Labels: map[string]string{HostnameLabel: "host-a"},
 		Annotations: map[string]string{"capacity": "x", "other": "y"}, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}},
+		Spec:   corev1.NodeSpec{PodCIDR: "10.0.0.0/24", Taints: []corev1.Taint{{Key: corev1.TaintNodeOutOfService, Effect: corev1.TaintEffectNoExecute}}},
 		Status: corev1.NodeStatus{Images: []corev1.ContainerImage{{Names: []string{"big"}}}}}
-	f, nodes := NodeCache(fake.NewClientset(n), "capacity")
+	f := NewInformers(fake.NewClientset(n), "capacity")
+	nodes := f.Core().V1().Nodes().Lister()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	f.Start(ctx.Done())
@@ -323,7 +325,8 @@ func TestNodeCacheTrims(t *testing.T) {
 	got, err := nodes.Get("node-a")
 	require.NoError(t, err)
 	assert.Equal(t, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a", Labels: map[string]string{HostnameLabel: "host-a"},
-		Annotations: map[string]string{"capacity": "x"}}}, got)
+		Annotations: map[string]string{"capacity": "x"}},
+		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: corev1.TaintNodeOutOfService, Effect: corev1.TaintEffectNoExecute}}}}, got)
 }
 
 // wipe: zero (the default) is made only on a node whose agent says it

@@ -133,24 +133,41 @@ func (r *Resizer) agentGrows(ctx context.Context, pv *corev1.PersistentVolume, v
 		pv.Name, host, vg, r.cfg.CapacityAnnotation))
 }
 
-// RunResizer runs external-resizer's controller over r until ctx ends, with
-// its own PV and PVC informers (started here), workers claims at a time.
-func RunResizer(ctx context.Context, client kubernetes.Interface, r *Resizer, workers int) {
-	// The informers resync every 10 minutes: the controller re-checks a
-	// claim whose resize is still pending (as csi-resizer's default does).
-	factory := informers.NewSharedInformerFactory(client, 10*time.Minute)
-	rc := resizecontroller.NewResizeController(r.Name(), r, client, 10*time.Minute, factory,
+// resizeResync: external-resizer's controller looks again at every claim
+// this often, for a claim whose resize is still pending (csi-resizer's
+// default); the nudger at the same pace, for a Pod it could not nudge.
+const resizeResync = 10 * time.Minute
+
+// ResizeController is external-resizer's controller over a Resizer, with
+// the Nudger beside it.
+type ResizeController struct {
+	rc      resizecontroller.ResizeController
+	nudger  *Nudger
+	workers int
+}
+
+// NewResizeController wires external-resizer's controller over r, and the
+// nudger, to the leader's informers (NewInformers), workers claims at a
+// time; Run runs them.
+func NewResizeController(client kubernetes.Interface, factory informers.SharedInformerFactory, r *Resizer, workers int) *ResizeController {
+	// Its claim handler resyncs (resizeResync): the factory's claim
+	// informer checks often enough for it (resyncCheck).
+	rc := resizecontroller.NewResizeController(r.Name(), r, client, resizeResync, factory,
 		workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Second, 5*time.Minute),
 		false /* no offline-only volumes: the LV grows under a running Pod */, 5*time.Minute)
 	nudger, err := NewNudger(client, r.Name(), factory, prometheus.DefaultRegisterer)
 	if err != nil {
 		klog.ErrorS(err, "Kubelet will not be nudged after a grow: filesystems grow at its next sync of the Pod")
 	}
-	factory.Start(ctx.Done())
-	if nudger != nil {
-		go nudger.Run(ctx)
+	return &ResizeController{rc: rc, nudger: nudger, workers: max(workers, 1)}
+}
+
+// Run grows volumes until ctx ends (the controller waits for the informers).
+func (c *ResizeController) Run(ctx context.Context) {
+	if c.nudger != nil {
+		go c.nudger.Run(ctx)
 	}
 	var wg sync.WaitGroup
-	rc.Run(max(workers, 1), ctx, &wg)
+	c.rc.Run(c.workers, ctx, &wg)
 	wg.Wait()
 }

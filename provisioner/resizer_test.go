@@ -228,7 +228,10 @@ func TestResizerStates(t *testing.T) {
 	g := &growAgent{free: 1 << 30, sizes: map[string]int64{fsPV.Name: 64 * mi, blockPV.Name: 64 * mi, bigPV.Name: 64 * mi}}
 	go g.run(ctx, client)
 	done := make(chan struct{})
-	go func() { RunResizer(ctx, client, NewResizer(client, Config{Timeout: 5 * time.Second}), 2); close(done) }()
+	factory := NewInformers(client, kube.DefaultCapacityAnnotation)
+	rc := NewResizeController(client, factory, NewResizer(client, Config{Timeout: 5 * time.Second}), 2)
+	factory.Start(ctx.Done())
+	go func() { rc.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 
 	ask := func(name, size string) {

@@ -143,30 +143,46 @@ func runProvisioner(o provisionerOptions) error {
 	if o.nodeLoss == "on" {
 		lost = provisioner.NewLostNodes()
 	}
-	nodeCache, nodes := provisioner.NodeCache(client, o.capacityAnnotation)
+	// One informer factory for all of the leader's controllers: each
+	// claim, volume, Node and StorageClass is held once.
+	factory := provisioner.NewInformers(client, o.capacityAnnotation)
+	nodes := factory.Core().V1().Nodes().Lister()
 	p := provisioner.New(client, provisioner.Config{Name: o.name, Timeout: o.timeout, CapacityAnnotation: o.capacityAnnotation, LostNodes: lost, Nodes: nodes})
-	pc := controller.NewProvisionController(ctx, client, o.name, p, controllerOptions(o)...)
+	pc := controller.NewProvisionController(ctx, client, o.name, p, append(controllerOptions(o),
+		controller.ClaimsInformer(factory.Core().V1().PersistentVolumeClaims().Informer()),
+		controller.VolumesInformer(factory.Core().V1().PersistentVolumes().Informer()),
+		controller.ClassesInformer(factory.Storage().V1().StorageClasses().Informer()))...)
 	run := func(ctx context.Context) {
 		klog.InfoS("Starting lvm-agent provisioner", "name", o.name, "publishCapacity", o.publishCapacity, "resize", o.resize,
 			"nodeLoss", o.nodeLoss, "nodeLossGrace", o.nodeLossGrace)
-		// Until it has synced, Provision reads its Node from the API server.
-		nodeCache.Start(ctx.Done())
+		// Every controller adds its handlers to the factory before it
+		// starts, once; each waits for the informers it reads.
+		var controllers []func(context.Context)
 		if lost != nil {
 			// The library serves the default registry at --metrics-port.
-			go provisioner.RunNodeLoss(ctx, client, p, o.nodeLossGrace, provisioner.NewNodeLossMetrics(prometheus.DefaultRegisterer))
+			controllers = append(controllers, provisioner.NewNodeLoss(factory, p, o.nodeLossGrace, provisioner.NewNodeLossMetrics(prometheus.DefaultRegisterer)).Run)
 		}
 		if o.publishCapacity {
-			go provisioner.NewCapacity(client, nodeCache, o.name, o.namespace, o.capacityAnnotation).Run(ctx)
+			controllers = append(controllers, provisioner.NewCapacity(client, factory, o.name, o.namespace, o.capacityAnnotation).Run)
 		}
 		// Clones are placed on their source's node before any Pod is.
-		go provisioner.RunPlacer(ctx, client, p)
+		controllers = append(controllers, provisioner.NewPlacer(factory, p).Run)
 		if o.resize {
-			go provisioner.RunResizer(ctx, client, provisioner.NewResizer(client, provisioner.Config{Name: o.name, Timeout: o.timeout, CapacityAnnotation: o.capacityAnnotation, Nodes: nodes}), o.workers)
+			r := provisioner.NewResizer(client, provisioner.Config{Name: o.name, Timeout: o.timeout, CapacityAnnotation: o.capacityAnnotation, Nodes: nodes})
+			controllers = append(controllers, provisioner.NewResizeController(client, factory, r, o.workers).Run)
+		}
+		// Until the Nodes have synced, Provision reads its Node from the API server.
+		factory.Start(ctx.Done())
+		defer factory.Shutdown()
+		for _, c := range controllers {
+			go c(ctx)
 		}
 		if o.label {
 			// The library serves the default registry at --metrics-port.
 			// Its Lease, beside the leader's, tells the hybrid-mode agents
 			// that they need not watch the unlabelled objects themselves.
+			// Its informers are its own: they hold the unlabelled requests
+			// only, trimmed to stubs (kube.NewLabeller).
 			host, _ := os.Hostname()
 			ref := kube.LeaseRef{Namespace: o.namespace, Name: kube.LabellerLeaseName}
 			go kube.NewLabeller(clientset.Wrap(client), prometheus.DefaultRegisterer).

@@ -214,10 +214,12 @@ func nodeLostEvents(t *testing.T, ns string) []string {
 }
 
 // setReady sets the Node's Ready condition, as its kubelet (or, for a
-// node that stopped reporting, the node lifecycle controller) would.
-func setReady(t *testing.T, name string, ready corev1.ConditionStatus) {
+// node that stopped reporting, the node lifecycle controller) would, and
+// returns the Node's resourceVersion after.
+func setReady(t *testing.T, name string, ready corev1.ConditionStatus) string {
 	t.Helper()
 	ctx := context.Background()
+	var rv string
 	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		n, err := cluster.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
@@ -229,9 +231,13 @@ func setReady(t *testing.T, name string, ready corev1.ConditionStatus) {
 				n.Status.Conditions[i].LastHeartbeatTime = metav1.Now()
 			}
 		}
-		_, err = cluster.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		n, err = cluster.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		if err == nil {
+			rv = n.ResourceVersion
+		}
 		return err
 	}))
+	return rv
 }
 
 // setOutOfService adds (or removes) the taint an operator sets on a node

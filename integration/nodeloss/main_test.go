@@ -76,7 +76,9 @@ func run(m *testing.M) int {
 	prov = harness.StartAgent(tb, agentBin, "provisioner", "--kubeconfig", cluster.Kubeconfig, "--namespace", namespace,
 		"--metrics-port", port, "--health-address", "", "--timeout", "20s",
 		"--leader-election-lease-duration", "4s", "--leader-election-renew-deadline", "3s",
-		"--node-loss-grace", grace.String(), "--v", "2")
+		// Its node-loss decisions logged, each (nodeloss_controller.go's V(4)):
+		// the NotLost scenario waits for the one on its node.
+		"--node-loss-grace", grace.String(), "--v", "2", "--vmodule", "nodeloss_controller=4")
 	return m.Run()
 }
 

@@ -3,7 +3,9 @@ package nodeloss
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -253,14 +255,18 @@ func deleted(t *testing.T) {
 }
 
 // Neither a node NotReady for longer than the grace nor one deleted and
-// registered again within it is lost: nothing is touched, no event.
+// registered again within it is lost: the controller looks at the node
+// (its log says so) and touches nothing, no event.
 func notLost(t *testing.T) {
 	ns := newNamespace(t, "not-lost")
 	a, b := startNode(t, "stay-a", ns), startNode(t, "stay-b", ns)
 	waitCapacity(t, []string{a.name, b.name}, recreate)
 	statefulSet(t, ns, "db", recreate, 2, []string{a.name, b.name}, "")
-	claimA, podA, va := replicaOn(t, ns, "db", 2, a.name)
-	claimB, _, vb := replicaOn(t, ns, "db", 2, b.name)
+	_, podA, va := replicaOn(t, ns, "db", 2, a.name)
+	_, _, vb := replicaOn(t, ns, "db", 2, b.name)
+	// Scheduled before anything happens to its node: untouched compares
+	// with where it runs.
+	waitFor(t, "Pod "+podA+" scheduled on "+a.name, func() bool { _, on := podOn(ns, podA); return on == a.name })
 	podUID, _ := podOn(ns, podA)
 	untouched := func(what string) {
 		for _, v := range []volume{va, vb} {
@@ -274,17 +280,62 @@ func notLost(t *testing.T) {
 		assert.Empty(t, nodeLostEvents(t, ns), what)
 	}
 
-	setReady(t, a.name, corev1.ConditionFalse)
-	time.Sleep(grace + 3*time.Second)
+	// NotReady: looked at, not lost, nothing to look at again for (a
+	// present Node's answer never changes with time alone).
+	rv := setReady(t, a.name, corev1.ConditionFalse)
+	notReady := time.Now()
+	waitLooked(t, a.name, rv)
+	untouched("NotReady")
+	// Still NotReady once the grace has passed: its next heartbeat is looked
+	// at, with the same answer.
+	time.Sleep(time.Until(notReady.Add(grace + time.Second)))
+	waitLooked(t, a.name, setReady(t, a.name, corev1.ConditionFalse))
 	untouched("NotReady longer than the grace")
 	setReady(t, a.name, corev1.ConditionTrue)
 
+	// Deleted, and registered again once the controller counts it missing:
+	// looked at again when the grace ends, and not lost.
 	require.NoError(t, cluster.Client.CoreV1().Nodes().Delete(context.Background(), a.name, metav1.DeleteOptions{}))
+	waitLog(t, `"Node deleted: lost unless it registers again within the grace" node="`+a.name+`"`)
 	registerNode(t, a.name, ns)
-	time.Sleep(grace + 3*time.Second)
+	waitLog(t, `"Node registered again within its grace: not lost" node="`+a.name+`"`)
 	untouched("deleted and registered again within the grace")
-	_, _ = claimA, claimB
 	assert.False(t, slices.ContainsFunc(strings.Split(prov.Output(), "\n"), func(l string) bool {
 		return strings.Contains(l, "Node lost") && strings.Contains(l, `"`+a.name+`"`)
 	}), "no decision logged for %s", a.name)
+}
+
+// looked matches the provisioner's V(4) line of a node-loss decision
+// (--vmodule=nodeloss_controller=4).
+var looked = regexp.MustCompile(`"Node looked at" node="([^"]+)" resourceVersion="(\d*)" lost=(true|false) reason="[^"]*" recheckIn="([^"]+)"`)
+
+// waitLooked waits for the node-loss controller to have looked at node at
+// resourceVersion rv or a later one, and requires its answer: not lost,
+// nothing to look at again for.
+func waitLooked(t *testing.T, node, rv string) {
+	t.Helper()
+	want, err := strconv.ParseUint(rv, 10, 64)
+	require.NoError(t, err, "resourceVersion %q", rv)
+	var line []string
+	waitFor(t, node+" looked at, at resourceVersion "+rv+" or later", func() bool {
+		for _, l := range strings.Split(prov.Output(), "\n") {
+			m := looked.FindStringSubmatch(l)
+			if m == nil || m[1] != node {
+				continue
+			}
+			if got, err := strconv.ParseUint(m[2], 10, 64); err == nil && got >= want {
+				line = m
+				return true
+			}
+		}
+		return false
+	})
+	assert.Equal(t, "false", line[3], "lost: %s", line[0])
+	assert.Equal(t, "0s", line[4], "looked at again in: %s", line[0])
+}
+
+// waitLog waits for a line of the provisioner's output that contains s.
+func waitLog(t *testing.T, s string) {
+	t.Helper()
+	waitFor(t, "the provisioner logs "+s, func() bool { return strings.Contains(prov.Output(), s) })
 }
