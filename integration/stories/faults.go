@@ -55,7 +55,7 @@ func faultRounds(ctx context.Context, s *Story) {
 	foreign := s.MakeForeign(ctx)
 	s.Cleanup(func(ctx context.Context) { s.deleteRounds(ctx) })
 	s.burst(ctx, "base", "16Mi")
-	s.WithinFor(ctx, 10*time.Minute, "20 claims of round base Bound", s.roundBound("base"))
+	s.WithinFor(ctx, 10*time.Minute, "20 claims of round base Bound", s.roundBound("base", 20))
 	var rows [][]string
 	audited := func(row []string, a Audit) {
 		rows = append(rows, append(row, strings.Fields(a.String())...))
@@ -84,7 +84,7 @@ func faultRounds(ctx context.Context, s *Story) {
 		time.Sleep(3 * time.Second)
 		start := time.Now()
 		s.fault(ctx, f)
-		s.WithinFor(ctx, 15*time.Minute, "20 claims of round "+f+" Bound", s.roundBound(f))
+		s.WithinFor(ctx, 15*time.Minute, "20 claims of round "+f+" Bound", s.roundBound(f, 20))
 		s.WithinFor(ctx, 15*time.Minute, "the PVs and LVs of round "+prev+" gone", s.roundGone(deleted))
 		took := time.Since(start)
 		s.Kubectl(ctx, "-n", "lvm-agent", "get", "pods")
@@ -139,9 +139,9 @@ func (s *Story) roundClaims(ctx context.Context, round string) ([]corev1.Persist
 	return l.Items, nil
 }
 
-// roundBound: the round's 20 claims Bound. The API server may be away: its
-// errors are waited out.
-func (s *Story) roundBound(round string) func(context.Context) (bool, string, error) {
+// roundBound: want claims of the round there, all Bound. The API server may
+// be away: its errors are waited out.
+func (s *Story) roundBound(round string, want int) func(context.Context) (bool, string, error) {
 	return func(ctx context.Context) (bool, string, error) {
 		claims, err := s.roundClaims(ctx, round)
 		if err != nil {
@@ -153,7 +153,7 @@ func (s *Story) roundBound(round string) func(context.Context) (bool, string, er
 				bound++
 			}
 		}
-		return bound == 20, fmt.Sprintf("%d of %d Bound", bound, len(claims)), nil
+		return bound == want && len(claims) == want, fmt.Sprintf("%d of %d Bound", bound, len(claims)), nil
 	}
 }
 
@@ -320,19 +320,7 @@ func (s *Story) vgFull(ctx context.Context, prev string, foreign *Foreign) ([]st
 		s.Must(err, "choosing the node again on pvc/%s", name)
 	}
 	s.Show("kubectl annotate pvc "+strings.Join(refused, " ")+" "+selectedNode+"="+node, "")
-	s.WithinFor(ctx, 15*time.Minute, "the refused claims Bound", func(ctx context.Context) (bool, string, error) {
-		claims, err := s.roundClaims(ctx, "vg-full")
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		bound := 0
-		for _, c := range claims {
-			if c.Status.Phase == corev1.ClaimBound {
-				bound++
-			}
-		}
-		return bound == len(claims) && bound > 0, fmt.Sprintf("%d of %d Bound", bound, len(claims)), nil
-	})
+	s.WithinFor(ctx, 15*time.Minute, "the refused claims Bound", s.roundBound("vg-full", len(refused)))
 	row := []string{"vg-full", "20", strconv.Itoa(20 + len(fit)), strconv.Itoa(int(time.Since(start).Seconds()))}
 	return row, s.Audit(ctx, "faults", len(refused), foreign)
 }
