@@ -191,36 +191,44 @@ func (s *Story) ClaimCapacity(ctx context.Context, claim, size string) {
 	s.Show("kubectl wait --for=jsonpath='{.status.capacity.storage}'="+size+" pvc/"+claim, "persistentvolumeclaim/"+claim+" condition met")
 }
 
-// Events counts the events of the object of that name with that reason
+// Events shows the events of the object of that name with that reason
 // (and type, when not "").
-func (s *Story) Events(ctx context.Context, name, reason, typ string) int {
+func (s *Story) Events(ctx context.Context, name, reason, typ string) {
+	sel := eventSelector(name, reason, typ)
+	evs, err := s.Kube.CoreV1().Events(s.NS).List(ctx, metav1.ListOptions{FieldSelector: sel})
+	s.Must(err, "listing events %s", sel)
+	s.showEvents(sel, evs.Items)
+}
+
+func eventSelector(name, reason, typ string) string {
 	sel := "involvedObject.name=" + name + ",reason=" + reason
 	if typ != "" {
 		sel += ",type=" + typ
 	}
-	evs, err := s.Kube.CoreV1().Events(s.NS).List(ctx, metav1.ListOptions{FieldSelector: sel})
-	s.Must(err, "listing events %s", sel)
+	return sel
+}
+
+func (s *Story) showEvents(sel string, evs []corev1.Event) {
 	var lines []string
-	for _, e := range evs.Items {
+	for _, e := range evs {
 		lines = append(lines, fmt.Sprintf("%s  %s  %s", e.Type, e.Reason, e.Message))
 	}
 	s.Show("kubectl get events --field-selector "+sel, strings.Join(lines, "\n"))
-	return len(evs.Items)
 }
 
-// WaitEvent waits for an event of that reason on the object of that name
-// (events are written after what they tell of) and shows it.
+// WaitEvent waits for an event of that reason (and type, when not "") on
+// the object of that name (events are written after what they tell of) and
+// shows the events it found.
 func (s *Story) WaitEvent(ctx context.Context, name, reason, typ string) {
-	sel := "involvedObject.name=" + name + ",reason=" + reason
-	if typ != "" {
-		sel += ",type=" + typ
-	}
+	sel := eventSelector(name, reason, typ)
+	var found []corev1.Event
 	s.Within(ctx, "a "+reason+" event on "+name, func(ctx context.Context) (bool, string, error) {
 		evs, err := s.Kube.CoreV1().Events(s.NS).List(ctx, metav1.ListOptions{FieldSelector: sel})
 		if err != nil {
 			return false, err.Error(), nil
 		}
-		return len(evs.Items) > 0, "no such event yet", nil
+		found = evs.Items
+		return len(found) > 0, "no such event yet", nil
 	})
-	s.Events(ctx, name, reason, typ)
+	s.showEvents(sel, found)
 }

@@ -136,26 +136,7 @@ func killsBurst(ctx context.Context, s *Story) {
 	start = time.Now()
 	s.Kill9("lvm-agent", "--lvmd-socket=")
 	s.Kubectl(ctx, "get", "pv")
-	s.WithinFor(ctx, 15*time.Minute, "the ten PVs and their LVs gone", func(ctx context.Context) (bool, string, error) {
-		pvs, err := s.Kube.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		lvs, err := s.lvs(ctx)
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		pvsLeft, lvsLeft := 0, 0
-		for _, c := range pvcs.Items {
-			lvsLeft += len(lvs.Owned(string(c.UID)))
-			for _, pv := range pvs.Items {
-				if pv.Name == c.Spec.VolumeName {
-					pvsLeft++
-				}
-			}
-		}
-		return pvsLeft+lvsLeft == 0, fmt.Sprintf("%d of their PVs, %d of their LVs", pvsLeft, lvsLeft), nil
-	})
+	s.WithinFor(ctx, 15*time.Minute, "the ten PVs and their LVs gone", s.roundGone(pvcs.Items))
 	recovered = time.Since(start)
 	s.ShowLVs(s.LVs(ctx))
 	a = s.Audit(ctx, "many", 0, foreign)

@@ -200,8 +200,4 @@ func (s *Story) ShowLVs(lvs LVs) {
 
 // Lvm runs lvm on the node with these arguments and shows it; a failure
 // ends the story.
-func (s *Story) Lvm(ctx context.Context, args ...string) {
-	out, err := exec.CommandContext(ctx, "lvm", args...).CombinedOutput()
-	s.Show("lvm "+strings.Join(args, " "), string(out))
-	s.Must(err, "lvm %s", strings.Join(args, " "))
-}
+func (s *Story) Lvm(ctx context.Context, args ...string) { s.Run(ctx, "lvm", args...) }

@@ -79,10 +79,7 @@ func (s *Story) ExecWithin(ctx context.Context, pod, want string, cmd ...string)
 // output: what the story prints for the reader, never what it asserts on
 // (client-go reads those). A failure ends the story.
 func (s *Story) Kubectl(ctx context.Context, args ...string) string {
-	out, err := exec.CommandContext(ctx, "kubectl", args...).CombinedOutput()
-	s.Show("kubectl "+strings.Join(args, " "), string(out))
-	s.Must(err, "kubectl %s", strings.Join(args, " "))
-	return string(out)
+	return s.Run(ctx, "kubectl", args...)
 }
 
 // Run runs a command on the node and shows it; a failure ends the story.
