@@ -40,7 +40,7 @@ const (
 	specOffStart     = 0  // __u64 sector_start
 	specOffLength    = 8  // __u64 length
 	specOffStatus    = 16 // __s32 status (unused on output)
-	specOffNext      = 20 // __u32 next: on output, offset from the *payload start*
+	specOffNext      = 20 // __u32 next: on output, offset from the *payload start*; on DM_TABLE_LOAD input, from *this spec*
 	specOffType      = 24 // char target_type[16]
 	targetTypeLen    = 16 // DM_MAX_TYPE_NAME
 )
@@ -66,8 +66,15 @@ const (
 	flagActivePresent   = 1 << 5  // DM_ACTIVE_PRESENT_FLAG (out)
 	flagInactivePresent = 1 << 6  // DM_INACTIVE_PRESENT_FLAG (out)
 	flagBufferFull      = 1 << 8  // DM_BUFFER_FULL_FLAG (out)
+	flagSkipLockFS      = 1 << 10 // DM_SKIP_LOCKFS_FLAG (in): do not freeze the filesystem on a suspend
 	flagNoFlush         = 1 << 11 // DM_NOFLUSH_FLAG (in)
 	flagUUID            = 1 << 14 // DM_UUID_FLAG (in, for DM_LIST_DEVICES)
+	// flagSecureData (DM_SECURE_DATA_FLAG, in): the kernel wipes its copy
+	// of the ioctl buffer after use and clears the caller's buffer once it
+	// has copied it in, so a crypt key in a table load (or in a table
+	// query's reply) does not linger in kernel memory. The kernel strips
+	// the flag before answering, so replies never echo it.
+	flagSecureData      = 1 << 15
 	flagDeferredRemove  = 1 << 17 // DM_DEFERRED_REMOVE (out)
 	flagInternalSuspend = 1 << 18 // DM_INTERNAL_SUSPEND_FLAG (out)
 )
@@ -95,7 +102,12 @@ const (
 const (
 	cmdVersion     = 0
 	cmdListDevices = 2
+	cmdDevCreate   = 3
+	cmdDevRemove   = 4
+	cmdDevSuspend  = 6 // suspend with DM_SUSPEND_FLAG, resume without
 	cmdDevStatus   = 7
+	cmdTableLoad   = 9
+	cmdTableClear  = 10
 	cmdTableStatus = 12
 )
 
@@ -120,6 +132,11 @@ var (
 	ioctlListDevices = iowr(dmIoctlType, cmdListDevices, sizeofDmIoctl)
 	ioctlDevStatus   = iowr(dmIoctlType, cmdDevStatus, sizeofDmIoctl)
 	ioctlTableStatus = iowr(dmIoctlType, cmdTableStatus, sizeofDmIoctl)
+	ioctlDevCreate   = iowr(dmIoctlType, cmdDevCreate, sizeofDmIoctl)
+	ioctlDevRemove   = iowr(dmIoctlType, cmdDevRemove, sizeofDmIoctl)
+	ioctlDevSuspend  = iowr(dmIoctlType, cmdDevSuspend, sizeofDmIoctl)
+	ioctlTableLoad   = iowr(dmIoctlType, cmdTableLoad, sizeofDmIoctl)
+	ioctlTableClear  = iowr(dmIoctlType, cmdTableClear, sizeofDmIoctl)
 )
 
 // ioctlNames are used in errors only.
@@ -128,6 +145,11 @@ var ioctlNames = map[uintptr]string{
 	ioctlListDevices: "DM_LIST_DEVICES",
 	ioctlDevStatus:   "DM_DEV_STATUS",
 	ioctlTableStatus: "DM_TABLE_STATUS",
+	ioctlDevCreate:   "DM_DEV_CREATE",
+	ioctlDevRemove:   "DM_DEV_REMOVE",
+	ioctlDevSuspend:  "DM_DEV_SUSPEND", // only ever sent as a resume
+	ioctlTableLoad:   "DM_TABLE_LOAD",
+	ioctlTableClear:  "DM_TABLE_CLEAR",
 }
 
 // request is what a query puts into the dm_ioctl header.
@@ -136,6 +158,12 @@ type request struct {
 	flags uint32
 	// dev names the device by number (encodeDev form) when name is empty.
 	dev uint64
+	// uuid is sent with DM_DEV_CREATE only: on every other command the
+	// kernel refuses a request that carries both a name and a uuid.
+	uuid string
+	// targets is the table of a DM_TABLE_LOAD, encoded after the header
+	// (encodeTargets); the buffer must have room for tableSize(targets).
+	targets []Target
 }
 
 // encodeRequest writes a request header at the start of buf, which must be
@@ -151,6 +179,43 @@ func encodeRequest(buf []byte, r request) {
 	ne.PutUint32(buf[offFlags:], r.flags)
 	ne.PutUint64(buf[offDev:], r.dev)
 	copy(buf[offName:offName+nameLen-1], r.name)
+	copy(buf[offUUID:offUUID+uuidLen-1], r.uuid)
+	if len(r.targets) > 0 {
+		ne.PutUint32(buf[offTargetCount:], uint32(len(r.targets)))
+		encodeTargets(buf[sizeofDmIoctl:], r.targets)
+	}
+}
+
+// specSize is the room one target takes in a DM_TABLE_LOAD payload: the
+// dm_target_spec, the params and their NUL, padded so the next spec is
+// 8-byte aligned.
+func specSize(t Target) int { return align8(sizeofTargetSpec + len(t.Params) + 1) }
+
+func tableSize(targets []Target) int {
+	n := 0
+	for _, t := range targets {
+		n += specSize(t)
+	}
+	return n
+}
+
+// encodeTargets lays targets out the way DM_TABLE_LOAD reads them: each
+// dm_target_spec followed by its NUL-terminated params, next holding the
+// distance from this spec to the following one (specSize). The last spec's
+// next points just past the table; the kernel reads target_count specs and
+// ignores it. buf must be zeroed and hold tableSize(targets) bytes.
+func encodeTargets(buf []byte, targets []Target) {
+	ne := binary.NativeEndian
+	off := 0
+	for _, t := range targets {
+		size := specSize(t)
+		ne.PutUint64(buf[off+specOffStart:], t.Start)
+		ne.PutUint64(buf[off+specOffLength:], t.Length)
+		ne.PutUint32(buf[off+specOffNext:], uint32(size))
+		copy(buf[off+specOffType:off+specOffType+targetTypeLen-1], t.Type)
+		copy(buf[off+sizeofTargetSpec:], t.Params)
+		off += size
+	}
 }
 
 // header is the decoded dm_ioctl of a reply.

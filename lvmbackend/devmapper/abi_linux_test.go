@@ -55,6 +55,14 @@ func TestIoctlNumbersMatchKernelHeaders(t *testing.T) {
 	assert.Equal(t, uintptr(unix.DM_LIST_DEVICES), ioctlListDevices)
 	assert.Equal(t, uintptr(unix.DM_DEV_STATUS), ioctlDevStatus)
 	assert.Equal(t, uintptr(unix.DM_TABLE_STATUS), ioctlTableStatus)
+	assert.Equal(t, uintptr(unix.DM_DEV_CREATE), ioctlDevCreate)
+	assert.Equal(t, uintptr(unix.DM_DEV_REMOVE), ioctlDevRemove)
+	assert.Equal(t, uintptr(unix.DM_DEV_SUSPEND), ioctlDevSuspend)
+	assert.Equal(t, uintptr(unix.DM_TABLE_LOAD), ioctlTableLoad)
+	assert.Equal(t, uintptr(unix.DM_TABLE_CLEAR), ioctlTableClear)
+	for req := range ioctlNames {
+		assert.Contains(t, dmIoctlNumbers, req, ioctlNames[req])
+	}
 	assert.Equal(t, uintptr(unix.DM_IOCTL), uintptr(dmIoctlType))
 	assert.Equal(t, uintptr(0xc138fd00), ioctlVersion, "_IOWR(0xfd, 0, 312)")
 }
@@ -67,6 +75,9 @@ func TestFlagsMatchKernelHeaders(t *testing.T) {
 	assert.Equal(t, unix.DM_INACTIVE_PRESENT_FLAG, flagInactivePresent)
 	assert.Equal(t, unix.DM_BUFFER_FULL_FLAG, flagBufferFull)
 	assert.Equal(t, unix.DM_NOFLUSH_FLAG, flagNoFlush)
+	assert.Equal(t, unix.DM_SKIP_LOCKFS_FLAG, flagSkipLockFS)
+	assert.Equal(t, unix.DM_SECURE_DATA_FLAG, flagSecureData)
+	assert.Equal(t, 0x8000, flagSecureData, "1 << 15 in dm-ioctl.h")
 	assert.Equal(t, unix.DM_UUID_FLAG, flagUUID)
 	assert.Equal(t, unix.DM_DEFERRED_REMOVE, flagDeferredRemove)
 	assert.Equal(t, unix.DM_INTERNAL_SUSPEND_FLAG, flagInternalSuspend)
@@ -84,4 +95,12 @@ func TestDecodeDevMatchesUnixMajorMinor(t *testing.T) {
 		assert.Equal(t, unix.Major(dev), major, "%#x", dev)
 		assert.Equal(t, unix.Minor(dev), minor, "%#x", dev)
 	}
+}
+
+// dmIoctlNumbers are the kernel's numbers for the commands this package
+// names, so an ioctlNames entry cannot be a number the kernel lacks.
+var dmIoctlNumbers = map[uintptr]bool{
+	unix.DM_VERSION: true, unix.DM_LIST_DEVICES: true, unix.DM_DEV_STATUS: true, unix.DM_TABLE_STATUS: true,
+	unix.DM_DEV_CREATE: true, unix.DM_DEV_REMOVE: true, unix.DM_DEV_SUSPEND: true,
+	unix.DM_TABLE_LOAD: true, unix.DM_TABLE_CLEAR: true,
 }

@@ -105,9 +105,17 @@ type reply struct {
 	buf    []byte
 	hdr    header
 	pooled *[]byte
+	// wipe: the request carried DM_SECURE_DATA_FLAG, so the buffer may
+	// hold a key (a table we loaded, or a crypt table the kernel
+	// returned); release zeroes it rather than leave it to the pool or
+	// the garbage collector.
+	wipe bool
 }
 
 func (r *reply) release() {
+	if r.wipe {
+		clear(r.buf)
+	}
 	if r.pooled != nil {
 		bufferPool.Put(r.pooled)
 		r.pooled = nil
@@ -148,13 +156,14 @@ func (c *Control) roundTrip(ctx context.Context, req uintptr, r request, size in
 		}
 		var rep reply
 		rep.buf, rep.pooled = getBuffer(size)
+		rep.wipe = r.flags&flagSecureData != 0
 		encodeRequest(rep.buf, r)
 		err := c.ioctl(req, rep.buf)
 		rep.hdr = decodeHeader(rep.buf)
 		switch {
 		case err != nil:
 			rep.release()
-			return reply{}, &Error{Op: op, Target: r.name, Kind: ioctlErrorKind(err, rep.hdr), Err: err}
+			return reply{}, &Error{Op: op, Target: r.name, Kind: ioctlErrorKind(req, err, rep.hdr), Err: err}
 		case rep.hdr.flags&flagBufferFull == 0:
 			// The kernel copies back data_size bytes of what we offered,
 			// so more than that is not a reply we can trust.
@@ -173,10 +182,17 @@ func (c *Control) roundTrip(ctx context.Context, req uintptr, r request, size in
 }
 
 // ioctlErrorKind maps the errnos dm-ioctl.c returns to the package's kinds.
-func ioctlErrorKind(err error, hdr header) error {
+func ioctlErrorKind(req uintptr, err error, hdr header) error {
 	switch {
 	case errors.Is(err, syscall.ENXIO):
 		return ErrNotFound
+	case errors.Is(err, syscall.EBUSY) && req == ioctlDevCreate:
+		// dm_hash_insert: the name or the uuid is taken.
+		return ErrExists
+	case errors.Is(err, syscall.EBUSY):
+		// DM_DEV_REMOVE of an open device; DM_TABLE_LOAD naming a
+		// device someone else holds exclusively.
+		return ErrBusy
 	case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.EPERM):
 		return ErrPermission
 	case errors.Is(err, syscall.ENOTTY):

@@ -36,6 +36,18 @@ var (
 	ErrInvalidStatus = errors.New("invalid device-mapper target status")
 	// ErrClosed: the Control was closed.
 	ErrClosed = errors.New("device-mapper control closed")
+	// ErrBusy: the device is in use (EBUSY): Remove of a device that is
+	// still open (mounted, or held by a process or another mapping), or a
+	// table naming a device someone else holds exclusively. Worth retrying
+	// once the holder lets go; udev's probe after a change event is a
+	// common short-lived holder.
+	ErrBusy = errors.New("device-mapper device busy")
+	// ErrExists: Create found a device with that name or uuid (EBUSY from
+	// DM_DEV_CREATE). Create leaves that device alone.
+	ErrExists = errors.New("device-mapper device already exists")
+	// ErrInvalidTable: the targets given to Create or Reload cannot be
+	// sent to the kernel (see validateTargets); nothing was sent.
+	ErrInvalidTable = errors.New("invalid device-mapper table")
 )
 
 // ErrNotThinPool is the cause (Error.Err, not a Kind) when ThinPoolZeroing

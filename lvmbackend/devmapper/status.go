@@ -9,9 +9,16 @@ import (
 )
 
 // Target is one line of a device's table: Length sectors (512 bytes) of the
-// device starting at sector Start are handled by a target of Type. Params is
-// the target's status string (Status) or its table line (Table), verbatim,
-// including any trailing space the target emits.
+// device starting at sector Start are handled by a target of Type ("crypt",
+// "linear", ...). Params is the target's status string (Status) or its
+// table line (Table), verbatim but for keys (redactKeys), including any
+// trailing space the target emits; for Create and Reload, the table line
+// as the kernel takes it.
+//
+// Params may hold a secret (a crypt key given to Create or Reload): this
+// package never puts Params into an error or a log, and String and
+// GoString leave them out, so printing a Target with %v, %+v or %#v cannot
+// leak one.
 type Target struct {
 	Start  uint64
 	Length uint64
@@ -38,10 +45,16 @@ func (c *Control) Status(ctx context.Context, name string) (DeviceStatus, error)
 	return c.tableStatus(ctx, name, flagNoFlush)
 }
 
-// Table returns the live table of the device as the kernel holds it
-// (DM_TABLE_STATUS with DM_STATUS_TABLE_FLAG), like `dmsetup table`.
+// Table returns the live table of the device (DM_TABLE_STATUS with
+// DM_STATUS_TABLE_FLAG), like `dmsetup table`, and like it without keys:
+// the kernel prints a crypt target's key in hex in its table line, and
+// Table replaces every digit of it with '0' (a key held in the kernel
+// keyring, ":<size>:<type>:<description>", is a reference and stays), as
+// it does with the keys of an integrity target (redactKeys). The query
+// carries DM_SECURE_DATA_FLAG, and the reply buffer is zeroed after use,
+// so the key the kernel sent is not left in memory either.
 func (c *Control) Table(ctx context.Context, name string) (DeviceStatus, error) {
-	return c.tableStatus(ctx, name, flagStatusTable)
+	return c.tableStatus(ctx, name, flagStatusTable|flagSecureData)
 }
 
 func (c *Control) tableStatus(ctx context.Context, name string, flags uint32) (DeviceStatus, error) {
@@ -68,6 +81,10 @@ func (c *Control) tableStatus(ctx context.Context, name string, flags uint32) (D
 //
 // target_count in the header says how many specs there are; a device with
 // no live table reports 0 and no payload.
+//
+// Keys in the params are overwritten in buf (redactKeys) before the params
+// are copied out, whatever the query: no Target this package returns holds
+// one.
 func decodeTargets(buf []byte, h header) ([]Target, error) {
 	const op = "DM_TABLE_STATUS"
 	if h.targetCount == 0 {
@@ -96,11 +113,14 @@ func decodeTargets(buf []byte, h header) ([]Target, error) {
 		if n < 0 {
 			return nil, malformed(op, h.name, "target %d: unterminated params", i)
 		}
+		typ := cString(buf[off+specOffType : off+specOffType+targetTypeLen])
+		params := buf[paramsStart : paramsStart+n]
+		redactKeys(typ, params)
 		targets = append(targets, Target{
 			Start:  ne.Uint64(buf[off+specOffStart:]),
 			Length: ne.Uint64(buf[off+specOffLength:]),
-			Type:   cString(buf[off+specOffType : off+specOffType+targetTypeLen]),
-			Params: string(buf[paramsStart : paramsStart+n]),
+			Type:   typ,
+			Params: string(params),
 		})
 		if i+1 == h.targetCount {
 			break

@@ -92,7 +92,7 @@ func TestTableSetsStatusTableFlag(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, got.Targets, 1)
 	assert.Equal(t, "253:0 253:1 128 0 1 skip_block_zeroing ", got.Targets[0].Params)
-	assert.Equal(t, uint32(0x10), k.call(0).flags(), "DM_STATUS_TABLE_FLAG, no DM_NOFLUSH_FLAG")
+	assert.Equal(t, uint32(0x8010), k.call(0).flags(), "DM_STATUS_TABLE_FLAG and DM_SECURE_DATA_FLAG, no DM_NOFLUSH_FLAG")
 }
 
 func TestDecodeTargetsRejectsMalformed(t *testing.T) {
@@ -232,7 +232,7 @@ func tableReply(name, typ, params string) []byte {
 func poolKernel(t *testing.T, tables map[string][2]string) *fakeKernel {
 	return &fakeKernel{t: t, respond: func(_ int, c call) ([]byte, error) {
 		assert.Equal(t, uintptr(0xc138fd0c), c.req, "DM_TABLE_STATUS")
-		assert.Equal(t, uint32(0x10), c.flags(), "DM_STATUS_TABLE_FLAG")
+		assert.Equal(t, uint32(0x8010), c.flags(), "DM_STATUS_TABLE_FLAG | DM_SECURE_DATA_FLAG")
 		tb, ok := tables[c.name()]
 		if !ok {
 			return kernelReply(kernelHeader{version: v4_48}, nil)[:312], syscall.ENXIO
