@@ -93,7 +93,11 @@ func (v *Volume) Clear() { clear(v.Key) }
 // for plain devices only (src/cryptsetup.c) and only BITLK sets itself: a
 // LUKS2 data segment's IVs count 512-byte sectors whatever its sector size,
 // which is dm-crypt's default without iv_large_sectors. So Format's 4096
-// sector size gives " 1 sector_size:4096". One difference is by design:
+// sector size gives " 1 sector_size:4096". TestDataReadsBackThroughCryptsetup
+// checks that meaning without device-mapper: data encrypted as dm-crypt does
+// with this table is decrypted to the plaintext by cryptsetup's own LUKS2
+// code (and is not with iv_large_sectors, nor with 512-byte sectors).
+// One difference is by design:
 // cryptsetup passes the key through the kernel keyring (":64:logon:...")
 // where the kernel has one; the key and so the data are the same.
 //
