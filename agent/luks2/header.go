@@ -190,13 +190,16 @@ func readImage(dev Device, size int64) (*image, error) {
 		}
 		return nil, fmt.Errorf("%w: no sound copy (primary: %v; secondary: %v)", ErrCorrupt, perr, serr)
 	}
-	// Keep each copy's own salt for the rewrite (cryptsetup does).
+	// Keep each sound copy's own salt for the rewrite, a new one for a bad
+	// copy (cryptsetup does).
+	salts := [2][64]byte{[64]byte(randomBytes(64)), [64]byte(randomBytes(64))}
 	if p != nil {
-		img.salts[0] = p.salts[0]
+		salts[0] = p.salts[0]
 	}
 	if s != nil {
-		img.salts[1] = s.salts[0]
+		salts[1] = s.salts[0]
 	}
+	img.salts = salts
 	if end := img.meta.end(img.hdrSize); end > size {
 		return nil, fmt.Errorf("%w: the header's areas and data offset end at %d, the device at %d", ErrTruncated, end, size)
 	}

@@ -3,6 +3,7 @@ package luks2
 import (
 	"crypto/aes"
 	"crypto/pbkdf2"
+	"crypto/rand"
 	"crypto/sha1"
 	"crypto/sha256"
 	"crypto/sha512"
@@ -123,7 +124,7 @@ func diffuse(newHash func() hash.Hash, b []byte) {
 func afSplit(key []byte, newHash func() hash.Hash) []byte {
 	n := len(key)
 	out := make([]byte, afSize(n))
-	copy(out, randomBytes((stripes-1)*n))
+	_, _ = rand.Read(out[:(stripes-1)*n])
 	buf := make([]byte, n)
 	for i := 0; i < stripes-1; i++ {
 		subtle.XORBytes(buf, buf, out[i*n:(i+1)*n])

@@ -98,6 +98,21 @@ func TestTornHeaders(t *testing.T) {
 	require.ErrorIs(t, err, ErrCorrupt)
 }
 
+func TestUpdateRepairsTornCopy(t *testing.T) {
+	f, _, _ := formatted(t)
+	_, err := f.WriteAt(make([]byte, binSize), 0)
+	require.NoError(t, err)
+	require.NoError(t, AddKey(f, testSize, pass1, pass2, Options{}))
+	p, err := readCopy(f, testSize, 0, false)
+	require.NoError(t, err)
+	s, err := readCopy(f, testSize, hdrSize, true)
+	require.NoError(t, err)
+	assert.EqualValues(t, 2, p.seqid)
+	assert.Equal(t, p.meta, s.meta)
+	assert.NotEqual(t, p.salts[0], s.salts[0])
+	assert.NotEqual(t, [64]byte{}, p.salts[0])
+}
+
 func TestSecondaryTornPrimaryOpens(t *testing.T) {
 	f, _, v := formatted(t)
 	_, err := f.WriteAt(make([]byte, 64), hdrSize)
