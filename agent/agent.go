@@ -69,6 +69,9 @@ type Config struct {
 	// as when the agent cannot write block devices: without Devices it
 	// cannot tell that nothing has them open).
 	Wiper *Wiper
+	// Crypt makes encrypted volumes (crypt.go; nil: none, as without
+	// Devices).
+	Crypt *Crypt
 
 	// openCounts reads a device's open count for a thick clone's copy
 	// (Devices; nil: no copies); deviceRoot prefixes device paths and
@@ -162,6 +165,9 @@ func New(cfg Config, client apiclient.Interface, backend lvmbackend.Backend, rec
 // stops taking work and returns when the in-flight operations are finished
 // (each bounded by OpTimeout) or when grace has passed, whichever is first.
 func (a *Agent) Run(ctx context.Context, grace time.Duration) error {
+	// Pods on this node wait for their encrypted volumes' mappings (kubelet
+	// retries the mount), not for the informers: opened from the start.
+	go a.openEncrypted(ctx)
 	a.inf.Start(ctx)
 	klog.InfoS("Waiting for informers to sync", "node", a.cfg.Node.Name)
 	if !cache.WaitForCacheSync(ctx.Done(), a.inf.PVC.HasSynced, a.inf.PV.HasSynced) {

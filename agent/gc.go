@@ -361,8 +361,5 @@ func (g *OrphanGC) remove(ctx context.Context, c candidate) error {
 	if out, ok := g.a.plain(ctx, lv, c.target); !ok {
 		return fmt.Errorf("orphan LV left in place: %w", out.err)
 	}
-	if err := g.a.backend.RemoveVolume(ctx, c.deviceClass, c.name); err != nil && !errors.Is(err, lvmbackend.ErrNotFound) {
-		return err
-	}
-	return nil
+	return g.a.removeLV(ctx, lv)
 }

@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/lvm-agent/lvm-agent/agent/luks2"
 	"github.com/lvm-agent/lvm-agent/kube"
 	"github.com/lvm-agent/lvm-agent/lvmbackend"
 	"github.com/lvm-agent/lvm-agent/lvmbackend/lvmmeta"
@@ -50,7 +51,16 @@ func (a *Agent) grow(ctx context.Context, pv *corev1.PersistentVolume, spec kube
 	if !lv.HasTag(tag) {
 		return fail(kube.ReasonNameConflict, fmt.Errorf("LV %s was not created by lvm-agent for claim %s/%s (no tag %s); it is left untouched", t, ref.Namespace, ref.Name, tag))
 	}
+	// An encrypted LV holds its header too, and the size answered is its
+	// mapping's: grown after the LV (kubelet grows the filesystem on it).
+	keyRef, encrypted := encryption(lv)
+	if encrypted {
+		spec.Size += luks2.DataOffset
+	}
 	if lv.SizeBytes >= spec.Size {
+		if encrypted {
+			return a.mappingGrown(ctx, lv, keyRef)
+		}
 		return expanded(lv.SizeBytes)
 	}
 	size, err := a.backend.ResizeVolume(ctx, t.deviceClass, t.name, spec.Size)
@@ -71,6 +81,25 @@ func (a *Agent) grow(ctx context.Context, pv *corev1.PersistentVolume, spec kube
 	if size < spec.Size {
 		return retry(fmt.Errorf("lvmd reports LV %s at %d bytes after a grow to %d; asking again", t, size, spec.Size))
 	}
+	if encrypted {
+		lv.SizeBytes = size
+		return a.mappingGrown(ctx, lv, keyRef)
+	}
+	return expanded(size)
+}
+
+// mappingGrown answers an encrypted LV's grow once its mapping has the LV's
+// size (loaded again every time: a grow cut short after the LV's may have
+// left it at the old one).
+func (a *Agent) mappingGrown(ctx context.Context, lv *lvmbackend.Volume, ref kube.KeyRef) outcome {
+	size, err := a.mapped(ctx, lv, ref, true)
+	switch {
+	case errors.Is(err, kube.ErrKeyUnavailable):
+		return fail(kube.ReasonKeyUnavailable, fmt.Errorf("%w; LV %s/%s is grown, its mapping is not yet", err, lv.DeviceClass, lv.Name))
+	case err != nil:
+		return retry(err)
+	}
+	stepsOf(ctx).done("mapping")
 	return expanded(size)
 }
 

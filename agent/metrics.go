@@ -30,6 +30,8 @@ type Metrics struct {
 	// progress, and bytes zeroed.
 	wipeWaiting prometheus.Gauge
 	wiped       prometheus.Counter
+	// Encryption (crypt.go): mappings loaded, headers erased.
+	cryptOpens, cryptErases prometheus.Counter
 	// reg registers the collectors of the Backend's wrappers (nil: none).
 	reg prometheus.Registerer
 }
@@ -66,11 +68,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Bytes of deleted thick volumes (and of thick clones' tails) still to be zeroed by the wipes in progress; their LVs are not removed, nor their space free, until they are zero."}),
 		wiped: prometheus.NewCounter(prometheus.CounterOpts{Name: "lvm_agent_wiped_bytes_total",
 			Help: "Bytes the agent zeroed (a wipe started again counts again)."}),
+		cryptOpens: prometheus.NewCounter(prometheus.CounterOpts{Name: "lvm_agent_crypt_opens_total",
+			Help: "dm-crypt mappings of encrypted volumes the agent loaded (made, or opened again after a restart)."}),
+		cryptErases: prometheus.NewCounter(prometheus.CounterOpts{Name: "lvm_agent_crypt_erases_total",
+			Help: "Encrypted volumes whose LUKS2 keyslots and headers the agent destroyed (crypto-erase) before their removal."}),
 		reg: reg,
 	}
 	if reg != nil {
 		reg.MustRegister(m.ops, m.duration, m.writes, m.retries, m.synced, m.queue, m.queueAdds, m.queueLat, m.queueWork,
-			m.unfinished, m.longest, m.misdirected, m.answer, m.copied, m.wipeWaiting, m.wiped)
+			m.unfinished, m.longest, m.misdirected, m.answer, m.copied, m.wipeWaiting, m.wiped, m.cryptOpens, m.cryptErases)
 	}
 	return m
 }

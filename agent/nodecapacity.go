@@ -25,8 +25,9 @@ import (
 //
 // wipes: the agent zeroes thick LVs before their removal and refuses thin
 // volumes in a pool that does not zero (both need the node's block devices
-// and device-mapper), published as "wipe":"zero" on every class.
-func capacityEntries(caps []lvmbackend.Capacity, classes map[string]string, copies, grows, wipes bool) []kube.StorageCapacity {
+// and device-mapper), published as "wipe":"zero" on every class;
+// encryption ("luks2" or "") is published on every class as it is.
+func capacityEntries(caps []lvmbackend.Capacity, classes map[string]string, copies, grows, wipes bool, encryption string) []kube.StorageCapacity {
 	var entries []kube.StorageCapacity
 	wipe := ""
 	if wipes {
@@ -35,7 +36,7 @@ func capacityEntries(caps []lvmbackend.Capacity, classes map[string]string, copi
 	for _, c := range caps {
 		for _, vg := range volumeGroupsOf(c.DeviceClass, classes) {
 			entries = append(entries, kube.StorageCapacity{Type: "lvm", Name: vg, Capacity: c.SizeBytes, Free: c.FreeBytes, DeviceClass: c.DeviceClass,
-				Clone: cloneKind(c, copies), Grow: grows, Wipe: wipe})
+				Clone: cloneKind(c, copies), Grow: grows, Wipe: wipe, Encryption: encryption})
 		}
 	}
 	return entries
@@ -96,6 +97,9 @@ type NodeCapacity struct {
 	// Wipes: new volumes of every class read zeros (capacityEntries);
 	// published per class as "wipe":"zero".
 	Wipes bool
+	// Encryption: kube.EncryptionLUKS2 when the agent makes encrypted
+	// volumes (crypt.go), published per class as "encryption":"luks2".
+	Encryption string
 
 	// Debounce is how long reports are gathered before one write.
 	Debounce time.Duration
@@ -181,7 +185,7 @@ func (n *NodeCapacity) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case caps := <-n.updates:
-			s.entries, s.reported, s.away, away = capacityEntries(caps, n.classes, n.Copies, n.Grows, n.Wipes), true, false, nil
+			s.entries, s.reported, s.away, away = capacityEntries(caps, n.classes, n.Copies, n.Grows, n.Wipes, n.Encryption), true, false, nil
 			if timer == nil { // a pending retry keeps its backoff
 				timer = n.clock.After(n.Debounce)
 			}
@@ -311,7 +315,7 @@ func worthWriting(known, desired string, minChange float64) bool {
 	for i := range k {
 		a, b := k[i], d[i]
 		if a.Type != b.Type || a.Name != b.Name || a.DeviceClass != b.DeviceClass || a.Capacity != b.Capacity ||
-			a.Clone != b.Clone || a.Grow != b.Grow || a.Wipe != b.Wipe || a.LvmdUnreachable != b.LvmdUnreachable || (a.Free == 0) != (b.Free == 0) {
+			a.Clone != b.Clone || a.Grow != b.Grow || a.Wipe != b.Wipe || a.Encryption != b.Encryption || a.LvmdUnreachable != b.LvmdUnreachable || (a.Free == 0) != (b.Free == 0) {
 			return true
 		}
 		moved := float64(max(a.Free, b.Free) - min(a.Free, b.Free))

@@ -22,7 +22,7 @@ import (
 
 // storageTopology is the annotation's value for a report.
 func storageTopology(caps []lvmbackend.Capacity, classes map[string]string) string {
-	return kube.EncodeStorageTopology(capacityEntries(caps, classes, false, false, false))
+	return kube.EncodeStorageTopology(capacityEntries(caps, classes, false, false, false, ""))
 }
 
 func TestStorageTopology(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/lvm-agent/lvm-agent/agent/luks2"
 	"github.com/lvm-agent/lvm-agent/kube"
 	"github.com/lvm-agent/lvm-agent/lvmbackend"
 )
@@ -131,6 +132,24 @@ func (a *Agent) create(ctx context.Context, pvc *corev1.PersistentVolumeClaim, s
 	}
 	st := stepsOf(ctx)
 	tag := OwnerTag(pvc.UID)
+	// An encrypted volume's key is read before anything is made: without
+	// it the claim fails and nothing is left behind. Its LV holds the
+	// header too (crypt.go).
+	ref, encrypted, err := kube.EncryptionOf(spec.Tags)
+	if err != nil {
+		return fail(kube.ReasonInvalidSpec, err)
+	}
+	var key *kube.Key
+	if encrypted {
+		if key, err = a.key(ctx, ref); err != nil {
+			if errors.Is(err, kube.ErrKeyUnavailable) {
+				return fail(kube.ReasonKeyUnavailable, fmt.Errorf("%w; no LV is made", err))
+			}
+			return retry(err)
+		}
+		defer key.Clear()
+		spec.Size += luks2.DataOffset
+	}
 	// A claim owns at most one LV on the node, so the other device classes
 	// are read too (elsewhere). That runs beside this class's listing: a
 	// create waits for the longer of the two, not for their sum (with
@@ -166,6 +185,12 @@ func (a *Agent) create(ctx context.Context, pvc *corev1.PersistentVolumeClaim, s
 	// is filled from its source first, every time (a copy cut short by a
 	// crash leaves no mark, so an LV found is copied again).
 	done := func(lv *lvmbackend.Volume) outcome { return a.created(ctx, lv) }
+	if encrypted {
+		// A new LV holds nothing until an answer names it: its header is
+		// written, and written again by an attempt that finds it made.
+		format := pvc.Annotations[kube.AnnDevice] == "" && spec.Source == nil
+		done = func(lv *lvmbackend.Volume) outcome { return a.sealed(ctx, lv, key, format) }
+	}
 	var src *lvmbackend.Volume
 	copies := false
 	if spec.Source != nil {
@@ -173,8 +198,19 @@ func (a *Agent) create(ctx context.Context, pvc *corev1.PersistentVolumeClaim, s
 		if src, out = a.cloneable(ctx, spec, t); src == nil {
 			return out
 		}
+		if srcRef, srcEncrypted := encryption(src); srcEncrypted != encrypted || srcRef != ref {
+			// A clone shares its source's header (a snapshot) or copies it.
+			return fail(kube.ReasonCloneNotSupported, fmt.Errorf("the clone's source LV %s/%s is %s, and the clone's class asks for %s: a clone keeps its source's encryption and key; no LV is made",
+				t.deviceClass, src.Name, encryptionText(srcEncrypted, srcRef), encryptionText(encrypted, ref)))
+		}
 		if copies = spec.Source.Kind == kube.CloneCopy; copies {
-			done = func(lv *lvmbackend.Volume) outcome { return a.fill(ctx, pvc, src, lv) }
+			sealed := done
+			done = func(lv *lvmbackend.Volume) outcome {
+				if out := a.fill(ctx, pvc, src, lv); out.state != kube.StateCreated || !encrypted {
+					return out
+				}
+				return sealed(lv)
+			}
 		}
 	}
 	// foundDone answers for the claim's LV found made, not by this attempt's
@@ -406,6 +442,14 @@ func (a *Agent) remove(ctx context.Context, pv *corev1.PersistentVolume, t targe
 		return out
 	}
 	st.done("claimCheck")
+	if _, encrypted := encryption(lv); encrypted {
+		// Crypto-erase first: from here on nothing opens the volume, however
+		// long the wipe takes or whatever cuts the delete short.
+		if err := a.erase(ctx, lv); err != nil {
+			return retry(err)
+		}
+		st.done("erase")
+	}
 	if out, ok := a.wipeBeforeRemove(ctx, pv, lv, t); !ok {
 		return out
 	}
@@ -575,7 +619,7 @@ func (a *Agent) judgeMade(ctx context.Context, pvc *corev1.PersistentVolumeClaim
 		klog.InfoS("Another agent answered the claim with the LV just made; the LV stays", "request", klog.KObj(pvc), "lv", t)
 		return changed(), true
 	}
-	if err := a.backend.RemoveVolume(ctx, t.deviceClass, t.name); err != nil && !errors.Is(err, lvmbackend.ErrNotFound) {
+	if err := a.removeLV(ctx, vol); err != nil {
 		return retry(fmt.Errorf("claim went away or moved on while its LV %s was made; removing the LV: %w", t, err)), true
 	}
 	klog.InfoS("Claim went away or moved on while its LV was made; LV removed", "request", klog.KObj(pvc), "lv", t)
@@ -663,7 +707,7 @@ func (a *Agent) unfinished(ctx context.Context, pvc *corev1.PersistentVolumeClai
 	case stored == pvc.ResourceVersion:
 		return changed(), true
 	}
-	if err := a.backend.RemoveVolume(ctx, lv.DeviceClass, lv.Name); err != nil && !errors.Is(err, lvmbackend.ErrNotFound) {
+	if err := a.removeLV(ctx, lv); err != nil {
 		return retry(fmt.Errorf("%w; removing it: %v", what, err)), true
 	}
 	klog.InfoS("LV found made removed, to be made again", "lv", lv.DeviceClass+"/"+lv.Name, "why", what)
@@ -694,7 +738,7 @@ func (a *Agent) zeroingPool(ctx context.Context, pvc *corev1.PersistentVolumeCla
 		return outcome{}, true
 	}
 	what := fmt.Errorf("the thin pool of LV %s/%s does not zero new chunks (lvchange -Z y turns it on), so a new volume could read a deleted one's bytes; the class's wipe: none accepts that", lv.DeviceClass, lv.Name)
-	if err := a.backend.RemoveVolume(ctx, lv.DeviceClass, lv.Name); err != nil && !errors.Is(err, lvmbackend.ErrNotFound) {
+	if err := a.removeLV(ctx, lv); err != nil {
 		return retry(fmt.Errorf("%w; removing the LV made: %v", what, err)), false
 	}
 	klog.InfoS("Thin LV refused: its pool does not zero new chunks; LV removed", "request", klog.KObj(pvc), "lv", lv.DeviceClass+"/"+lv.Name)

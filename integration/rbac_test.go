@@ -82,6 +82,16 @@ func TestRBACRoleIsMinimal(t *testing.T) {
 	require.NotNil(t, ns, "%s has a Role lvm-agent", rbacManifest)
 	assert.Equal(t, []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
 		ResourceNames: []string{kube.LabellerLeaseName}, Verbs: []string{"get", "list", "watch"}}}, ns.Rules)
+	// And the encryption keys: one get at a time, in its namespace only.
+	var keys *rbacv1.Role
+	for _, o := range objs {
+		if r, ok := o.(*rbacv1.Role); ok && r.Name == "lvm-agent-keys" {
+			keys = r
+		}
+	}
+	require.NotNil(t, keys, "%s has a Role lvm-agent-keys", rbacManifest)
+	assert.Equal(t, kube.DefaultKeyNamespace, keys.Namespace)
+	assert.Equal(t, []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}}}, keys.Rules)
 }
 
 // The real agent, authenticated as the ServiceAccount of deploy/base (a
@@ -153,6 +163,16 @@ func TestRBAC(t *testing.T) {
 		}, 30*time.Second, 50*time.Millisecond)
 	})
 
+	t.Run("encryption key read in its namespace", func(t *testing.T) {
+		key := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: kube.DefaultKeyNamespace, Name: "class-key"},
+			Data: map[string][]byte{kube.SecretKeyField: bytes.Repeat([]byte{7}, 32)}}
+		_, err := admin.CoreV1().Secrets(key.Namespace).Create(ctx, key, metav1.CreateOptions{})
+		require.NoError(t, err)
+		got, err := kube.ReadKey(ctx, clientset.Wrap(saClient), kube.DefaultKeyNamespace, kube.KeyRef{Namespace: key.Namespace, Name: key.Name})
+		require.NoError(t, err)
+		assert.Equal(t, key.Data[kube.SecretKeyField], got)
+	})
+
 	t.Run("orphan collected", func(t *testing.T) {
 		_, err := lvm.Create("vg1", "rbac-orphan", 4096, []string{agent.OwnerTag("no-such-pvc")})
 		require.NoError(t, err)
@@ -200,8 +220,12 @@ func TestRBAC(t *testing.T) {
 				_, err := saClient.CoordinationV1().Leases("lvm-agent").Get(ctx, kube.DefaultProvisioner, metav1.GetOptions{})
 				return err
 			},
-			"get secret": func() error {
-				_, err := saClient.CoreV1().Secrets("lvm-agent").Get(ctx, "any", metav1.GetOptions{})
+			"get secret outside the key namespace": func() error {
+				_, err := saClient.CoreV1().Secrets("default").Get(ctx, "any", metav1.GetOptions{})
+				return err
+			},
+			"list the keys": func() error {
+				_, err := saClient.CoreV1().Secrets(kube.DefaultKeyNamespace).List(ctx, metav1.ListOptions{})
 				return err
 			},
 			"list secrets": func() error {

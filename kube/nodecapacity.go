@@ -40,6 +40,11 @@ type StorageCapacity struct {
 	// absent otherwise: a provisioner makes a volume of a class that asks
 	// for zeros (wipe: zero, the default) only where the agent says so.
 	Wipe string `json:"wipe,omitempty"`
+	// Encryption is EncryptionLUKS2 when the agent makes encrypted volumes
+	// in Name (it writes the node's block devices and loads dm-crypt
+	// tables), absent otherwise: a provisioner sends a request with
+	// EncryptionTag only to an agent that says so.
+	Encryption string `json:"encryption,omitempty"`
 	// LvmdUnreachable: the agent has not reached lvmd for a while; Free is
 	// then 0, as nothing can be made here until lvmd is back.
 	LvmdUnreachable bool `json:"lvmdUnreachable,omitempty"`

@@ -80,6 +80,10 @@ const (
 	// new volume could read a deleted one's bytes; refused unless the
 	// spec's tags carry NoWipeTag (the class's wipe: none).
 	ReasonPoolNotZeroing = "PoolNotZeroing"
+	// ReasonKeyUnavailable: an encrypted volume's key Secret is missing,
+	// out of the agent's reach or holds no usable key, or the key does not
+	// open the volume; nothing is made (ErrKeyUnavailable).
+	ReasonKeyUnavailable = "KeyUnavailable"
 )
 
 // PVRequest reports whether state is an open request on a PV: a delete or a grow.

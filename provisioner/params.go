@@ -23,6 +23,13 @@ const (
 	// where its own tenant has not written: WipeZero (the default) or
 	// WipeNone.
 	ParamWipe = "wipe"
+	// ParamEncryption asks for volumes encrypted at rest: "luks2", or ""
+	// (the default, plain volumes).
+	ParamEncryption = "encryption"
+	// ParamEncryptionSecret names the Secret whose data field "key" (a
+	// random key of at least 32 bytes) unlocks the class's volumes:
+	// "name" in kube.DefaultKeyNamespace, or "namespace/name".
+	ParamEncryptionSecret = "encryptionSecret"
 )
 
 // Values of ParamWipe.
@@ -60,6 +67,9 @@ type Params struct {
 	Striping    bool
 	OnNodeLoss  string
 	Wipe        string
+	// Key is the key Secret of an encrypted class (Encrypted).
+	Key       kube.KeyRef
+	Encrypted bool
 }
 
 // ParseParams checks a StorageClass's parameters. An unknown parameter is an
@@ -98,14 +108,31 @@ func ParseParams(in map[string]string) (Params, error) {
 				return p, fmt.Errorf("StorageClass parameter %s=%q is neither %q nor %q", ParamWipe, v, WipeZero, WipeNone)
 			}
 			p.Wipe = v
+		case ParamEncryption:
+			if v != "" && v != kube.EncryptionLUKS2 {
+				return p, fmt.Errorf("StorageClass parameter %s=%q is not %q (the one format served)", ParamEncryption, v, kube.EncryptionLUKS2)
+			}
+			p.Encrypted = v != ""
+		case ParamEncryptionSecret:
+			ref, err := kube.ParseKeyRef(v)
+			if err != nil {
+				return p, fmt.Errorf("StorageClass parameter %s: %w", ParamEncryptionSecret, err)
+			}
+			p.Key = ref
 		default:
 			unknown = append(unknown, k)
 		}
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		return p, fmt.Errorf("unknown StorageClass parameter(s) %s (known: %s, %s, %s, %s, %s, %s)",
-			strings.Join(unknown, ", "), ParamVolumeGroup, ParamFSType, ParamTags, ParamStriping, ParamOnNodeLoss, ParamWipe)
+		return p, fmt.Errorf("unknown StorageClass parameter(s) %s (known: %s)",
+			strings.Join(unknown, ", "), strings.Join(knownParams, ", "))
+	}
+	switch {
+	case p.Encrypted && p.Key.Name == "":
+		return p, fmt.Errorf("StorageClass parameter %s=%s needs %s, the Secret that holds the class's key", ParamEncryption, kube.EncryptionLUKS2, ParamEncryptionSecret)
+	case !p.Encrypted && p.Key.Name != "":
+		return p, fmt.Errorf("StorageClass parameter %s is set, but %s is not %s: the class's volumes would not be encrypted", ParamEncryptionSecret, ParamEncryption, kube.EncryptionLUKS2)
 	}
 	if p.VolumeGroup == "" {
 		return p, fmt.Errorf("StorageClass parameter %s is required", ParamVolumeGroup)
@@ -113,6 +140,13 @@ func ParseParams(in map[string]string) (Params, error) {
 	sort.Strings(p.Tags)
 	return p, nil
 }
+
+// knownParams are every StorageClass parameter, in the order errors list them.
+var knownParams = []string{ParamVolumeGroup, ParamFSType, ParamTags, ParamStriping, ParamOnNodeLoss, ParamWipe, ParamEncryption, ParamEncryptionSecret}
+
+// ErrNoEncryption: the class asks for encrypted volumes and the node's
+// agent does not say it makes them.
+var ErrNoEncryption = errors.New("the class asks for encrypted volumes (encryption: luks2), and the node's agent does not say it makes them")
 
 // ErrNoWipe: the class asks for zeroed volumes (wipe: zero) and the
 // node's agent does not say it zeroes them in the class's volume group.
@@ -129,14 +163,22 @@ func (p Params) Serves(e kube.StorageCapacity) error {
 	if p.Wipe == WipeZero && e.Wipe != kube.WipeZero {
 		return fmt.Errorf("%w (no \"wipe\":\"zero\" in its entry for volume group %s): run its agent with the node's block devices (deploy/base does), or set %s: %s on the class to accept another volume's bytes", ErrNoWipe, p.VolumeGroup, ParamWipe, WipeNone)
 	}
+	if p.Encrypted && e.Encryption != kube.EncryptionLUKS2 {
+		return fmt.Errorf("%w (no \"encryption\":\"luks2\" in its entry for volume group %s): run an lvm-agent that encrypts, with the node's block devices and device-mapper (deploy/base does)", ErrNoEncryption, p.VolumeGroup)
+	}
 	return nil
 }
 
-// Tags are the LVM tags of the class's volumes: its own, and
-// kube.NoWipeTag for wipe: none.
+// LVTags are the LVM tags of the class's volumes: its own,
+// kube.NoWipeTag for wipe: none, and the key's kube.EncryptionTag for an
+// encrypted class.
 func (p Params) LVTags() []string {
-	if p.Wipe != WipeNone {
-		return p.Tags
+	tags := append([]string(nil), p.Tags...)
+	if p.Wipe == WipeNone {
+		tags = append(tags, kube.NoWipeTag)
 	}
-	return append(append([]string(nil), p.Tags...), kube.NoWipeTag)
+	if p.Encrypted {
+		tags = append(tags, kube.EncryptionTag(p.Key))
+	}
+	return tags
 }

@@ -38,6 +38,14 @@ func TestParseParams(t *testing.T) {
 		{"no vg", map[string]string{"fsType": "xfs"}, Params{}, "volumeGroup is required"},
 		{"unknown", map[string]string{"volumeGroup": "vg0", "stripping": "true"}, Params{}, "unknown StorageClass parameter(s) stripping"},
 		{"bad bool", map[string]string{"volumeGroup": "vg0", "striping": "yes please"}, Params{}, "not a boolean"},
+		{"encrypted", map[string]string{"volumeGroup": "vg0", "encryption": "luks2", "encryptionSecret": "class-key"},
+			Params{VolumeGroup: "vg0", FSType: "ext4", OnNodeLoss: "recreate", Wipe: "zero", Encrypted: true, Key: kube.KeyRef{Namespace: "lvm-agent", Name: "class-key"}}, ""},
+		{"encrypted, key elsewhere", map[string]string{"volumeGroup": "vg0", "encryption": "luks2", "encryptionSecret": "keys/k"},
+			Params{VolumeGroup: "vg0", FSType: "ext4", OnNodeLoss: "recreate", Wipe: "zero", Encrypted: true, Key: kube.KeyRef{Namespace: "keys", Name: "k"}}, ""},
+		{"encryption without a key", map[string]string{"volumeGroup": "vg0", "encryption": "luks2"}, Params{}, "needs encryptionSecret"},
+		{"a key without encryption", map[string]string{"volumeGroup": "vg0", "encryptionSecret": "k"}, Params{}, "would not be encrypted"},
+		{"bad encryption", map[string]string{"volumeGroup": "vg0", "encryption": "luks1", "encryptionSecret": "k"}, Params{}, `encryption="luks1" is not "luks2"`},
+		{"bad secret name", map[string]string{"volumeGroup": "vg0", "encryption": "luks2", "encryptionSecret": "Key_1"}, Params{}, "encryptionSecret"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got, err := ParseParams(c.in)
@@ -49,6 +57,19 @@ func TestParseParams(t *testing.T) {
 			assert.Equal(t, c.want, got)
 		})
 	}
+}
+
+// An encrypted class's LVs carry the key's tag, and only an agent that
+// says it encrypts is sent one.
+func TestEncryptedClassTagsAndServes(t *testing.T) {
+	p, err := ParseParams(map[string]string{"volumeGroup": "vg0", "encryption": "luks2", "encryptionSecret": "class-key", "wipe": "none", "tags": "a"})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a", kube.NoWipeTag, "lvm-agent.luks2=lvm-agent/class-key"}, p.LVTags())
+	assert.ErrorIs(t, p.Serves(kube.StorageCapacity{Wipe: kube.WipeZero}), ErrNoEncryption)
+	assert.NoError(t, p.Serves(kube.StorageCapacity{Encryption: kube.EncryptionLUKS2}))
+	plain, err := ParseParams(map[string]string{"volumeGroup": "vg0", "wipe": "none"})
+	require.NoError(t, err)
+	assert.NoError(t, plain.Serves(kube.StorageCapacity{}), "a plain class goes anywhere")
 }
 
 // world is a fake API server with one node, one PVC and an agent that

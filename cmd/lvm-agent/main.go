@@ -62,6 +62,7 @@ type options struct {
 	capacityAnnotation                   string
 	capacityMinChange                    float64
 	wipeRate                             string
+	keyNamespace                         string
 	gc                                   gcOptions
 	meta                                 metadataOptions
 }
@@ -99,6 +100,7 @@ func agentMain(args []string) int {
 	fs.StringVar(&o.dmControl, "device-mapper-control", "/dev/mapper/control", "device-mapper control node, to confirm LV devices and report thin-pool usage (empty: off; unreadable: noted once, then off)")
 	fs.StringVar(&o.capacityAnnotation, "node-capacity-annotation", kube.DefaultCapacityAnnotation, "Node annotation kept up to date with each device class's size and free bytes (empty: off)")
 	fs.Float64Var(&o.capacityMinChange, "node-capacity-min-change", agent.DefaultCapacityMinChange, "smallest change of a device class's free bytes written to the Node capacity annotation, as a fraction of the free bytes it shows (0: every change)")
+	fs.StringVar(&o.keyNamespace, "key-namespace", kube.DefaultKeyNamespace, "the one namespace whose Secrets the agent reads encryption keys from (the Secrets encrypted classes name; the agent's Role there must allow get). Encryption needs device-mapper and the node's block devices too; without them, or with \"\", the Node publishes no \"encryption\" and encrypted classes are not made here")
 	fs.StringVar(&o.wipeRate, "wipe-rate", "128Mi", "bytes per second, over all wipes at once, at which the agent zeroes a thick LV before it removes it, so that the node's running volumes keep their throughput (a quantity: 128Mi, 1Gi; 0: no bound). Wiping needs the node's block devices and device-mapper (privileged, the host's /dev); without them nothing is zeroed and the Node publishes no \"wipe\"")
 	o.gc.addFlags(fs)
 	o.meta.addFlags(fs)
@@ -176,12 +178,16 @@ func run(o options) error {
 	} else {
 		klog.InfoS("No device-mapper: deleted thick volumes are removed without being zeroed, and the Node says no class reads zeros (\"wipe\"), so classes with wipe: zero are not served here")
 	}
+	var crypt *agent.Crypt
+	if devices != nil && o.keyNamespace != "" {
+		crypt = devices.Crypt(o.keyNamespace)
+	}
 	node := withHostname(ctx, client, kube.Node{Name: o.nodeName, Drivers: splitList(o.drivers), Provisioners: splitList(o.provisioners)})
 	inf := kube.NewInformers(client, o.nodeName, mode, kube.WithOwner(node), kube.WithMetrics(clientMetrics))
 	a, err := agent.New(agent.Config{
 		Node:          node,
 		DeviceClasses: classes, StripedOptionClass: o.stripeClass, AllowUntagged: o.allowUntagged,
-		Workers: o.workers, LVMDCalls: o.lvmdCalls, OpTimeout: o.opTimeout, Devices: devices, Wiper: wiper,
+		Workers: o.workers, LVMDCalls: o.lvmdCalls, OpTimeout: o.opTimeout, Devices: devices, Wiper: wiper, Crypt: crypt,
 		ShareReads: o.backend == "topolvm", ReadMaxAge: o.readMaxAge,
 	}, client, backend, recorder, inf, metrics)
 	if err != nil {
@@ -219,6 +225,9 @@ func run(o options) error {
 		nodeCapacity.Copies = devices != nil
 		nodeCapacity.Grows = o.backend == "topolvm"
 		nodeCapacity.Wipes = wiper != nil
+		if crypt != nil {
+			nodeCapacity.Encryption = kube.EncryptionLUKS2
+		}
 		nodeCapacity.MinChange = o.capacityMinChange
 		capacity.OnChange, capacity.OnLost = nodeCapacity.Update, nodeCapacity.Lost
 		go nodeCapacity.Run(ctx)

@@ -506,14 +506,29 @@ func deviceCell(devs map[devmapper.DevNum]devmapper.DeviceState, v lvmbackend.Vo
 	if !ok {
 		return "absent"
 	}
-	if d.Thin == nil {
-		return d.State
+	cell := d.State
+	if d.Thin != nil {
+		cell += ", " + resource.NewQuantity(int64(d.Thin.MappedBytes()), resource.BinarySI).String() + " mapped"
+		if pool, ok := devs[d.Pool]; ok {
+			cell += " in " + lvmmeta.LVMName(pool.Name)
+		}
 	}
-	cell := d.State + ", " + resource.NewQuantity(int64(d.Thin.MappedBytes()), resource.BinarySI).String() + " mapped"
-	if pool, ok := devs[d.Pool]; ok {
-		cell += " in " + lvmmeta.LVMName(pool.Name)
+	return cell + cryptCell(devs, v)
+}
+
+// cryptCell says, for an encrypted LV, whether its dm-crypt mapping is
+// open (the device its PV names), and how many hold it.
+func cryptCell(devs map[devmapper.DevNum]devmapper.DeviceState, v lvmbackend.Volume) string {
+	if _, encrypted, _ := kube.EncryptionOf(v.Tags); !encrypted {
+		return ""
 	}
-	return cell
+	name := agent.CryptName(v.DeviceClass, v.Name)
+	for _, d := range devs {
+		if d.Name == name {
+			return fmt.Sprintf(", luks2 open (/dev/mapper/%s %s, %d openers)", name, d.State, d.OpenCount)
+		}
+	}
+	return ", luks2 closed (no /dev/mapper/" + name + ")"
 }
 
 // thinPools are the thin pools that hold the listed LVs, with their fill

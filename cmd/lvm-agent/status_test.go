@@ -35,6 +35,9 @@ func TestDeviceCellAndPools(t *testing.T) {
 		full: {Name: "vg1-big-tpool", State: "active", ThinPool: &devmapper.ThinPoolStatus{State: devmapper.StateOK,
 			UsedDataBlocks: 10, TotalDataBlocks: 10, UsedMetadataBlocks: 1, TotalMetadataBlocks: 4, Mode: devmapper.PoolModeOutOfDataSpace}},
 		{Major: 254, Minor: 10}: {Name: "vg1-t", State: "active", Thin: &devmapper.ThinStatus{State: devmapper.StateOK}, Pool: full},
+		{Major: 254, Minor: 11}: {Name: "vg0-sealed", State: "active"},
+		{Major: 254, Minor: 12}: {Name: "luks-thick-sealed", State: "active", OpenCount: 1},
+		{Major: 254, Minor: 13}: {Name: "vg0-shut", State: "active"},
 	}
 	lv := func(minor uint32) lvmbackend.Volume { return lvmbackend.Volume{DevMajor: 254, DevMinor: minor} }
 
@@ -45,6 +48,13 @@ func TestDeviceCellAndPools(t *testing.T) {
 	assert.Equal(t, "absent", deviceCell(devs, lv(50)))
 	assert.Equal(t, "inactive", deviceCell(devs, lvmbackend.Volume{}), "lvmd reports no device numbers")
 	assert.Equal(t, "?", deviceCell(nil, lv(0)), "device-mapper not read")
+	sealed := func(minor uint32, name string) lvmbackend.Volume {
+		v := lv(minor)
+		v.DeviceClass, v.Name, v.Tags = "thick", name, []string{kube.EncryptionTag(kube.KeyRef{Namespace: "lvm-agent", Name: "k"})}
+		return v
+	}
+	assert.Equal(t, "active, luks2 open (/dev/mapper/luks-thick-sealed active, 1 openers)", deviceCell(devs, sealed(11, "sealed")))
+	assert.Equal(t, "active, luks2 closed (no /dev/mapper/luks-thick-shut)", deviceCell(devs, sealed(13, "shut")))
 
 	var out strings.Builder
 	pools := thinPools(devs, map[string]lvmbackend.Volume{"thin/a": lv(3), "thick/b": lv(0), "thin/c": lv(10)})

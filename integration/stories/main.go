@@ -46,6 +46,7 @@ var stories = []struct {
 	{"wipe/thick", wipeThick},
 	{"wipe/thin", wipeThin},
 	{"wipe/clone", wipeClone},
+	{"crypt/volumes", cryptVolumes},
 	{"full/too-large", tooLarge},
 	{"full/kills", killsBurst},
 	{"full/retain", retain},

@@ -84,10 +84,17 @@ func (s *Story) Kubectl(ctx context.Context, args ...string) string {
 
 // Run runs a command on the node and shows it; a failure ends the story.
 func (s *Story) Run(ctx context.Context, name string, args ...string) string {
+	out, err := s.RunMay(ctx, name, args...)
+	s.Must(err, "%s %s", name, strings.Join(args, " "))
+	return out
+}
+
+// RunMay runs a command on the node and shows it, and returns its failure
+// (for a story that expects one).
+func (s *Story) RunMay(ctx context.Context, name string, args ...string) (string, error) {
 	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
 	s.Show(name+" "+strings.Join(args, " "), string(out))
-	s.Must(err, "%s %s", name, strings.Join(args, " "))
-	return string(out)
+	return string(out), err
 }
 
 // Kill9 sends SIGKILL to the node's processes whose executable is name and

@@ -48,6 +48,8 @@ type Interface interface {
 	Pods(namespace string) Resource[*corev1.Pod, *corev1.PodList]
 	Events(namespace string) Resource[*corev1.Event, *corev1.EventList]
 	Leases(namespace string) Resource[*coordinationv1.Lease, *coordinationv1.LeaseList]
+	// Secrets: the agent reads only the key Secrets its classes name.
+	Secrets(namespace string) Resource[*corev1.Secret, *corev1.SecretList]
 }
 
 // Scheme holds the kinds of Interface (and the event recorder's references to them).
@@ -134,4 +136,8 @@ func (c client) Events(ns string) Resource[*corev1.Event, *corev1.EventList] {
 
 func (c client) Leases(ns string) Resource[*coordinationv1.Lease, *coordinationv1.LeaseList] {
 	return typed(c.coordination, "leases", ns, zero[coordinationv1.Lease], zero[coordinationv1.LeaseList])
+}
+
+func (c client) Secrets(ns string) Resource[*corev1.Secret, *corev1.SecretList] {
+	return typed(c.core, "secrets", ns, zero[corev1.Secret], zero[corev1.SecretList])
 }

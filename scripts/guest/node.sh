@@ -11,8 +11,8 @@
 #          (lvm-stories demo grow clone: integration/stories says each).
 #   full   (`make node`, `make test-node`: part of `make test`) a Pod with an
 #          emptyDir first (lvm-stories cluster), then the demo's stories,
-#          then lvm-stories wipe full: no deleted volume's bytes in the next;
-#          a claim too large for vg1; ten claims while the node's parts are
+#          then lvm-stories wipe crypt full: no deleted volume's bytes in the
+#          next; encrypted claims; a claim too large for vg1; ten claims while the node's parts are
 #          killed, audited as make test-faults' rounds are; a Retain class.
 #   bench  (`make bench-node`) after the install: PVC created -> Pod Running,
 #          RUNS times (one warm-up run first, not counted), each run's
@@ -37,7 +37,7 @@
 #          claims created and deleted until the power cut; --phase check
 #          (the next boot on the disk): the cluster started again on its
 #          state, then the audit (scripts/guest/powercut-cluster.sh).
-#   stories  after the install, lvm-stories' wipe stories alone.
+#   stories  after the install, lvm-stories' wipe and crypt stories alone.
 #
 #   node.sh [--bin DIR] [--mode demo|full|bench|faults|peers|powercut|stories] [--phase write|check] [--runs N] [--bench LIST]
 #           [--install kustomize|helm|host-lvmd|systemd] [--vg-device DEV] [--peers ARGS] [--faults LIST]
@@ -483,7 +483,7 @@ echo "    The agent reports the node's volume groups, their size and free space,
 show kubectl get node "$(hostname)" -o jsonpath='{.metadata.annotations.csi\.alibabacloud\.com/storage-topology}{"\n"}'
 [ "$mode" != faults ] || { stories -faults "$faults" faults; step "faults: OK"; exit 0; }
 [ "$mode" != powercut ] || { pc_write; exit 1; } # pc_write ends in the power cut
-[ "$mode" != stories ] || { stories wipe; step "stories: OK"; exit 0; }
+[ "$mode" != stories ] || { stories wipe crypt; step "stories: OK"; exit 0; }
 [ "$mode" != bench ] || {
   step "Bench: the agent at --v=2, which logs each request's lvmd calls with their times (the growth rows read them)"
   show kubectl -n lvm-agent patch daemonset lvm-agent --type json -p '[{"op":"test","path":"/spec/template/spec/containers/0/name","value":"lvm-agent"},{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--v=2"}]'
@@ -501,6 +501,6 @@ if [ "$mode" = demo ]; then
   step "demo: OK" "Next: README.md's 'Storage for a Pod' for a real cluster; make test runs the full scenario (scripts/guest/node.sh --mode full)."
   exit 0
 fi
-stories demo grow clone wipe full
+stories demo grow clone wipe crypt full
 cpu_table
 step "node: OK"

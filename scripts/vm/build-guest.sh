@@ -5,7 +5,9 @@
 #   vmlinux         Debian's kernel, uncompressed: QEMU boots it through the PVH
 #                   entry, about twice as fast as the bzImage through SeaBIOS.
 #   initramfs.cpio  bash, busybox, lvm2, dmsetup, thin-provisioning-tools,
-#                   e2fsprogs, their libraries, the LVM/9p kernel modules and an
+#                   e2fsprogs, cryptsetup (the encryption story checks our
+#                   LUKS2 headers with it), their libraries, the LVM,
+#                   dm-crypt and 9p kernel modules and an
 #                   /init that runs one command (see scripts/vm/run.sh); for the
 #                   one-node cluster (scripts/guest/cluster.sh): runc, the CNI
 #                   plugins, nft, util-linux's mount/blkid/fsck (kubelet formats
@@ -20,12 +22,13 @@ set -euo pipefail
 CACHE=${LVM_AGENT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lvm-agent}
 HOST_PKGS=(qemu-system-x86 cpio kmod xz-utils)
 GUEST_PKGS=(bash busybox-static lvm2 dmsetup thin-provisioning-tools e2fsprogs xfsprogs mount
-  runc containernetworking-plugins nftables util-linux openssl)
+  runc containernetworking-plugins nftables util-linux openssl cryptsetup-bin)
 # Loaded in this order, each after its dependencies. crc32c_generic must be
 # explicit: libcrc32c asks for it through request_module, and the guest has no
 # working modprobe, so dm-thin-pool would fail with "Unknown symbol".
 MODULES=(crc32c_generic virtio_pci virtio_blk 9pnet_virtio 9p loop dm_mod dm_bufio
-  libcrc32c dm_persistent_data dm_bio_prison dm_thin_pool dm_snapshot dm_zero ext4 xfs
+  libcrc32c dm_persistent_data dm_bio_prison dm_thin_pool dm_snapshot dm_zero
+  dm_crypt ecb xts af_alg algif_skcipher ext4 xfs
   overlay bridge veth br_netfilter dummy nf_conntrack nf_nat nf_tables nft_ct
   nft_nat nft_chain_nat nft_masq nft_numgen nft_fib_inet nft_fib_ipv4
   nft_fib_ipv6 nft_reject_inet nft_reject_ipv4 nft_reject_ipv6)
@@ -136,7 +139,7 @@ xz -dc --single-stream >"$work/out/vmlinux" < <(tail -c +$((off + 1)) "$k/boot/v
 r=$work/root
 mkdir -p "$r"/{usr/bin,usr/sbin,usr/local/bin,usr/local/sbin,$LIBDIR,usr/lib64,etc,proc,sys,dev,tmp,run,share,root,opt,mnt,var/tmp,var/log}
 for d in bin sbin lib lib64; do ln -s "usr/$d" "$r/$d"; done
-for p in bash lvm2 dmsetup thin-provisioning-tools e2fsprogs xfsprogs runc nftables openssl; do
+for p in bash lvm2 dmsetup thin-provisioning-tools e2fsprogs xfsprogs runc nftables openssl cryptsetup-bin; do
   for d in bin sbin usr/bin usr/sbin etc; do
     if [ -d "$work/pkgs/$p/$d" ]; then cp -a "$work/pkgs/$p/$d/." "$r/$d/"; fi
   done

@@ -45,3 +45,7 @@ func (w wrapped) Events(ns string) apiclient.Resource[*corev1.Event, *corev1.Eve
 func (w wrapped) Leases(ns string) apiclient.Resource[*coordinationv1.Lease, *coordinationv1.LeaseList] {
 	return w.c.CoordinationV1().Leases(ns)
 }
+
+func (w wrapped) Secrets(ns string) apiclient.Resource[*corev1.Secret, *corev1.SecretList] {
+	return w.c.CoreV1().Secrets(ns)
+}
