@@ -9,7 +9,7 @@ export GOFLAGS := $(strip $(GOFLAGS) -trimpath)
 CACHE ?= $(or $(LVM_AGENT_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/lvm-agent)
 export LVM_AGENT_CACHE := $(CACHE)
 
-.PHONY: all build test test-unit test-integration test-guest test-node demo demo-helm demo-cli node bench-node bench-peers images bench-cluster bench-lvm bench-dm bench-wipe bench-scale bench-burst bench-memory bench-provision chaos test-faults fuzz vet clean
+.PHONY: all build test test-unit test-integration test-guest test-node demo demo-helm demo-cli node bench-node bench-peers images bench-cluster bench-lvm bench-dm bench-wipe bench-crypt bench-scale bench-burst bench-memory bench-provision chaos test-faults fuzz vet clean
 
 all: build
 
@@ -113,6 +113,12 @@ bench-dm:
 
 # The wipe (issue 64): its rate beside dd's on one LV, and a writer's rate
 # on another LV while a 1 GiB LV is wiped at the default --wipe-rate.
+# An encrypted class beside the same class plain, on that cluster: PVC -> Bound,
+# a Pod's sequential write, the agent's RSS with encrypted volumes open
+# (integration/stories/benchcrypt.go).
+bench-crypt:
+	scripts/vm/node.sh --timeout 2700 -- --mode stories --stories bench-crypt
+
 bench-wipe:
 	scripts/vm/bench.sh wipe
 

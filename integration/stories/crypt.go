@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -28,16 +27,7 @@ func cryptVolumes(ctx context.Context, s *Story) {
 	s.Step("A random key in a Secret, and an encrypted class",
 		"The Secret is the one deploy/examples/storageclass-encrypted.yaml names: 64 random bytes, made as docs/install.md says.",
 		"The key unlocks each volume's keyslot; every volume has its own random volume key.")
-	key := make([]byte, 64)
-	_, err := rand.Read(key)
-	s.Must(err, "making a key")
-	keyFile := filepath.Join(os.TempDir(), "lvm-class-key")
-	s.Must(os.WriteFile(keyFile, key, 0o600), "writing the key file")
-	s.Cleanup(func(context.Context) { os.Remove(keyFile) })
-	s.Kubectl(ctx, "-n", "lvm-agent", "create", "secret", "generic", cryptSecret, "--from-file=key="+keyFile)
-	s.Cleanup(func(ctx context.Context) {
-		s.Kubectl(ctx, "-n", "lvm-agent", "delete", "secret", cryptSecret, "--ignore-not-found")
-	})
+	keyFile := cryptKey(ctx, s)
 	s.Kubectl(ctx, "apply", "-f", s.Deploy+"/examples/storageclass-encrypted.yaml")
 
 	s.Step("A Filesystem PVC crypt-fs of 64Mi and a Block PVC crypt-blk of 16Mi, each filled with markers by its Pod",

@@ -47,6 +47,7 @@ var stories = []struct {
 	{"wipe/thin", wipeThin},
 	{"wipe/clone", wipeClone},
 	{"crypt/volumes", cryptVolumes},
+	{"bench-crypt/rounds", benchCrypt},
 	{"full/too-large", tooLarge},
 	{"full/kills", killsBurst},
 	{"full/retain", retain},

@@ -37,9 +37,10 @@
 #          claims created and deleted until the power cut; --phase check
 #          (the next boot on the disk): the cluster started again on its
 #          state, then the audit (scripts/guest/powercut-cluster.sh).
-#   stories  after the install, lvm-stories' wipe and crypt stories alone.
+#   stories  after the install, lvm-stories' wipe and crypt stories alone
+#          (--stories LIST: these instead, e.g. bench-crypt).
 #
-#   node.sh [--bin DIR] [--mode demo|full|bench|faults|peers|powercut|stories] [--phase write|check] [--runs N] [--bench LIST]
+#   node.sh [--bin DIR] [--mode demo|full|bench|faults|peers|powercut|stories] [--phase write|check] [--runs N] [--bench LIST] [--stories LIST]
 #           [--install kustomize|helm|host-lvmd|systemd] [--vg-device DEV] [--peers ARGS] [--faults LIST]
 #       DIR: guest-files.sh's binaries, images/, deploy/ and charts/ (/opt/lvm-agent)
 #       DEV: the node's disk for vg1 (scripts/vm/node.sh and test.sh attach a
@@ -56,7 +57,7 @@
 set -Eeuo pipefail # -E: the ERR trap (dump) fires in functions too
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-bin=/opt/lvm-agent mode=full runs=5 benches=create,grow,clone install=kustomize vg_device='' peers='' faults=agent,lvmd,lvmd-away,kubelet,containerd,kube-apiserver,vg-full
+bin=/opt/lvm-agent mode=full runs=5 benches=create,grow,clone install=kustomize vg_device='' peers='' only='wipe crypt' faults=agent,lvmd,lvmd-away,kubelet,containerd,kube-apiserver,vg-full
 usage() { sed -n '2,55s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
@@ -68,6 +69,7 @@ while [ $# -gt 0 ]; do
     --vg-device) vg_device=$2; shift 2 ;;
     --peers) peers=$2; shift 2 ;;
     --faults) faults=$2; shift 2 ;;
+    --stories) only=$2; shift 2 ;;
     --phase) phase=$2; shift 2 ;;
     *) usage ;;
   esac
@@ -483,7 +485,7 @@ echo "    The agent reports the node's volume groups, their size and free space,
 show kubectl get node "$(hostname)" -o jsonpath='{.metadata.annotations.csi\.alibabacloud\.com/storage-topology}{"\n"}'
 [ "$mode" != faults ] || { stories -faults "$faults" faults; step "faults: OK"; exit 0; }
 [ "$mode" != powercut ] || { pc_write; exit 1; } # pc_write ends in the power cut
-[ "$mode" != stories ] || { stories wipe crypt; step "stories: OK"; exit 0; }
+[ "$mode" != stories ] || { read -ra only <<<"$only"; stories "${only[@]}"; step "stories: OK"; exit 0; }
 [ "$mode" != bench ] || {
   step "Bench: the agent at --v=2, which logs each request's lvmd calls with their times (the growth rows read them)"
   show kubectl -n lvm-agent patch daemonset lvm-agent --type json -p '[{"op":"test","path":"/spec/template/spec/containers/0/name","value":"lvm-agent"},{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--v=2"}]'
