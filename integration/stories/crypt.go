@@ -39,7 +39,13 @@ func cryptVolumes(ctx context.Context, s *Story) {
 	s.Pod(ctx, "crypt-blk", "crypt-blk", fillScript)
 	s.PodOutput(ctx, "crypt-blk")
 	s.WaitReady(ctx, "crypt-writer")
-	s.ExecWithin(ctx, "crypt-writer", "/data/markers", "cat", "/data/markers.md5")
+	s.Within(ctx, "/data/markers.md5 in pod/crypt-writer", func(ctx context.Context) (bool, string, error) {
+		out, err := s.Exec(ctx, "crypt-writer", "cat", "/data/markers.md5")
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		return strings.HasSuffix(strings.TrimSpace(out), "/data/markers"), out, nil
+	})
 	sum := firstLine(s.ExecShow(ctx, "crypt-writer", "md5sum", "/data/markers"))
 
 	fs, blk := s.Bound(ctx, "crypt-fs"), s.Bound(ctx, "crypt-blk")
