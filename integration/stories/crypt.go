@@ -79,12 +79,12 @@ func cryptVolumes(ctx context.Context, s *Story) {
 	}
 	s.Run(ctx, "cryptsetup", "close", "crypt-check")
 
-	s.Step("The data outlives its Pods, and the Filesystem claim grows to 96Mi",
-		"The Pods are deleted and made again; the LV grows, then the mapping, then kubelet's ext4.")
-	s.DeletePod(ctx, "crypt-writer")
-	s.DeletePod(ctx, "crypt-blk")
+	s.Step("The Filesystem claim grows to 96Mi under its running Pod, and the data outlives its Pods",
+		"The LV grows, then the mapping, then kubelet's ext4, online; then the Pods are deleted and made again.")
 	s.Resize(ctx, "crypt-fs", "96Mi")
 	s.ClaimCapacity(ctx, "crypt-fs", "96Mi")
+	s.DeletePod(ctx, "crypt-writer")
+	s.DeletePod(ctx, "crypt-blk")
 	s.RunPod(ctx, PodSpec{Name: "crypt-reader", Claim: "crypt-fs", Script: "true"})
 	s.WaitReady(ctx, "crypt-reader")
 	if got := firstLine(s.ExecShow(ctx, "crypt-reader", "md5sum", "/data/markers")); got != sum {
