@@ -49,7 +49,7 @@ func benchCrypt(ctx context.Context, s *Story) {
 			name := fmt.Sprintf("bench-%s-%d", map[string]string{plainNoWipe: "plain", cryptClass: "crypt"}[class], i)
 			start := time.Now()
 			s.BlockPVC(ctx, name, class, fmt.Sprintf("%dMi", size), "")
-			s.Pod(ctx, name, name, fmt.Sprintf("dd if=/dev/zero of=/dev/xvda bs=1M count=%d oflag=direct 2>&1 | tail -n 1", size))
+			s.Pod(ctx, name, name, fmt.Sprintf("/bin/busybox time dd if=/dev/zero of=/dev/xvda bs=1M count=%d oflag=direct 2>&1", size))
 			s.Within(ctx, "pvc/"+name+" Bound", func(ctx context.Context) (bool, string, error) {
 				pvc, err := s.Kube.CoreV1().PersistentVolumeClaims(s.NS).Get(ctx, name, metav1.GetOptions{})
 				if err != nil {
@@ -102,14 +102,16 @@ func cryptKey(ctx context.Context, s *Story) string {
 	return keyFile
 }
 
-// ddSeconds reads the seconds of dd's summary line ("… copied, 1.23 s, …"
-// from busybox and coreutils alike).
+// ddSeconds reads the real time busybox's time printed for the dd
+// ("real\t0m 1.23s"; busybox's dd prints no rate of its own).
 func ddSeconds(out string) (float64, bool) {
-	m := regexp.MustCompile(`copied, ([0-9.]+) ?s`).FindStringSubmatch(out)
+	m := regexp.MustCompile(`real\s+(?:(\d+)m\s*)?([0-9.]+)s`).FindStringSubmatch(out)
 	if m == nil {
 		return 0, false
 	}
-	v, err := strconv.ParseFloat(m[1], 64)
+	mins, _ := strconv.ParseFloat(m[1], 64)
+	secs, err := strconv.ParseFloat(m[2], 64)
+	v := mins*60 + secs
 	return v, err == nil && v > 0
 }
 

@@ -148,3 +148,18 @@ func TestHasArg(t *testing.T) {
 	assert.False(t, hasArg(cmdline, "--lvmd-socket=/other"))
 	assert.False(t, hasArg([]byte("/lvm-agent\x00provisioner\x00"), "--lvmd-socket="), "the provisioner runs the same binary")
 }
+
+func TestDDSeconds(t *testing.T) {
+	for out, want := range map[string]float64{
+		"64+0 records in\n64+0 records out\nreal\t0m 2.25s\nuser\t0m 0.00s\nsys\t0m 0.51s\n": 2.25,
+		"real\t1m 3.50s\n": 63.5,
+	} {
+		got, ok := ddSeconds(out)
+		if !ok || got != want {
+			t.Errorf("ddSeconds(%q) = %v, %v; want %v", out, got, ok, want)
+		}
+	}
+	if _, ok := ddSeconds("64+0 records out\n"); ok {
+		t.Error("no time line: not ok")
+	}
+}
