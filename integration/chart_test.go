@@ -3,10 +3,12 @@ package integration
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -48,6 +50,7 @@ func helm(t *testing.T, args ...string) ([]byte, error) {
 	out, err := cmd.Output()
 	if err != nil {
 		t.Logf("helm %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+		err = fmt.Errorf("%w: %s", err, stderr.String()) // what helm said, for the tests that read it
 	}
 	return out, err
 }
@@ -126,6 +129,14 @@ func checkNoLVMD(t *testing.T, objs []*unstructured.Unstructured) {
 // ServiceAccount of the chart bound to its roles there, with flags the
 // binary knows; the CSIDriver and the agents' --provisioner-name are its name.
 func checkChartProvisioner(t *testing.T, objs []*unstructured.Unstructured) {
+	name := checkProvisioner(t, objs)
+	ds := deployTyped[appsv1.DaemonSet](t, deployFind(t, objs, "DaemonSet", "lvm-agent"))
+	assert.Equal(t, name, flagValue(podContainer(t, ds.Spec.Template.Spec, "lvm-agent").Args, "provisioner-name"))
+}
+
+// checkProvisioner checks the provisioner's objects alone (as
+// checkChartProvisioner says) and returns its name.
+func checkProvisioner(t *testing.T, objs []*unstructured.Unstructured) string {
 	d := deployTyped[appsv1.Deployment](t, deployFind(t, objs, "Deployment", "lvm-agent-provisioner"))
 	assert.Equal(t, "lvm-agent", d.Namespace)
 	assert.Equal(t, ptrTo(int32(2)), d.Spec.Replicas)
@@ -149,8 +160,6 @@ func checkChartProvisioner(t *testing.T, objs []*unstructured.Unstructured) {
 	assert.Equal(t, "lvm.lvm-agent.io", name)
 	csi := deployTyped[storagev1.CSIDriver](t, deployFind(t, objs, "CSIDriver", name))
 	assert.Equal(t, ptrTo(true), csi.Spec.StorageCapacity)
-	ds := deployTyped[appsv1.DaemonSet](t, deployFind(t, objs, "DaemonSet", "lvm-agent"))
-	assert.Equal(t, name, flagValue(podContainer(t, ds.Spec.Template.Spec, "lvm-agent").Args, "provisioner-name"))
 
 	// Both probes ask /healthz on the port --health-address serves
 	// (integration/provisioning proves it answers, on a standby too).
@@ -170,6 +179,7 @@ func checkChartProvisioner(t *testing.T, objs []*unstructured.Unstructured) {
 		assert.Equal(t, "/healthz", probe.HTTPGet.Path, what)
 		assert.Equal(t, "health", probe.HTTPGet.Port.String(), what)
 	}
+	return name
 }
 
 // The chart's rules are deploy/base's, which integration/rbac_test.go and
@@ -317,8 +327,8 @@ func TestChartValues(t *testing.T) {
 	provDS := deployTyped[appsv1.DaemonSet](t, deployFind(t, prov, "DaemonSet", "lvm-agent"))
 	assert.Contains(t, agent(*provDS).Args, "--provisioner-name=lvm.example.com", "the agents serve its PVs")
 	for _, o := range renderChart(t, "provisioner.enabled=false", "admission.enabled=false") {
-		if (o.GetKind() == "Role" || o.GetKind() == "RoleBinding") && o.GetName() == "lvm-agent" {
-			continue // the agent's: it reads the Lease of a labeller that may run elsewhere
+		if (o.GetKind() == "Role" || o.GetKind() == "RoleBinding") && (o.GetName() == "lvm-agent" || o.GetName() == "lvm-agent-keys") {
+			continue // the agent's: it reads the Lease of a labeller that may run elsewhere, and the encryption keys
 		}
 		assert.NotContains(t, []string{"Deployment", "CSIDriver", "Role", "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
 			o.GetKind(), "%s %s rendered with provisioner and admission off", o.GetKind(), o.GetName())
@@ -414,4 +424,91 @@ func TestProbesTolerateALoadedNode(t *testing.T) {
 			assert.GreaterOrEqual(t, c.StartupProbe.PeriodSeconds*c.StartupProbe.FailureThreshold, int32(300), "%s: %s may take 5 min to start", name, what)
 		}
 	}
+}
+
+// binaryDefaults runs "lvm-agent ARGS --help" and returns each flag's
+// default as --help prints it ("" for a zero default, which it omits).
+func binaryDefaults(t *testing.T, args ...string) map[string]string {
+	t.Helper()
+	out, err := exec.Command(agentBin, append(args, "--help")...).CombinedOutput()
+	require.NoError(t, err, "lvm-agent %v --help: %s", args, out)
+	flagLine := regexp.MustCompile(`^  --?(\S+)`)
+	defaultText := regexp.MustCompile(`\(default ("(?:[^"\\]|\\.)*"|[^\s()]+)\)$`)
+	defaults, name := map[string]string{}, ""
+	for _, l := range strings.Split(string(out), "\n") {
+		if m := flagLine.FindStringSubmatch(l); m != nil {
+			name = m[1]
+			defaults[name] = ""
+		}
+		if m := defaultText.FindStringSubmatch(strings.TrimSpace(l)); m != nil && name != "" {
+			v := m[1]
+			if u, err := strconv.Unquote(v); err == nil {
+				v = u
+			}
+			defaults[name] = v
+		}
+	}
+	require.NotEmpty(t, defaults)
+	return defaults
+}
+
+// sameFlagValue: chart is the binary's default help (durations by value,
+// false as the omitted zero).
+func sameFlagValue(chart, help string) bool {
+	if a, err := time.ParseDuration(chart); err == nil {
+		b, err := time.ParseDuration(help)
+		return err == nil && a == b
+	}
+	return chart == help || chart == "false" && help == ""
+}
+
+// Each chart value that stands for a flag renders it: by default with the
+// binary's own default, and set, with what was set.
+func TestChartFlagValues(t *testing.T) {
+	args := func(sets ...string) (agent, prov []string, objs []*unstructured.Unstructured) {
+		objs = renderChart(t, sets...)
+		ds := deployTyped[appsv1.DaemonSet](t, deployFind(t, objs, "DaemonSet", "lvm-agent"))
+		d := deployTyped[appsv1.Deployment](t, deployFind(t, objs, "Deployment", "lvm-agent-provisioner"))
+		agent = expandKube(t, podContainer(t, ds.Spec.Template.Spec, "lvm-agent").Args, map[string]string{"NODE_NAME": "node-1", "LVM_AGENT_DEVICE_CLASS_MAP": ""})
+		prov = expandKube(t, podContainer(t, d.Spec.Template.Spec, "provisioner").Args, map[string]string{"POD_NAMESPACE": "lvm-agent"})
+		checkAgentFlags(t, agent)
+		checkAgentFlags(t, prov)
+		return agent, prov, objs
+	}
+	agent, prov, _ := args()
+	for binary, c := range map[string]struct {
+		args, flags []string
+		help        map[string]string
+	}{
+		"lvm-agent": {agent, []string{"watch-mode", "wipe-rate", "orphan-gc-interval", "orphan-gc-dry-run", "orphan-gc-max"}, binaryDefaults(t)},
+		"lvm-agent provisioner": {prov, []string{"resize", "publish-capacity", "node-loss", "node-loss-grace"},
+			binaryDefaults(t, "provisioner")},
+	} {
+		for _, f := range c.flags {
+			v := flagValue(c.args, f)
+			require.NotEmpty(t, v, "%s: the chart renders --%s", binary, f)
+			assert.True(t, sameFlagValue(v, c.help[f]), "%s --%s: the chart's default %q, the binary's %q", binary, f, v, c.help[f])
+		}
+	}
+	// The key namespace is the release's, where the chart's Role lets the
+	// agent read Secrets.
+	assert.Equal(t, "lvm-agent", flagValue(agent, "key-namespace"))
+	ns := renderChartIn(t, "storage")
+	ds := deployTyped[appsv1.DaemonSet](t, deployFind(t, ns, "DaemonSet", "lvm-agent"))
+	assert.Equal(t, "storage", flagValue(podContainer(t, ds.Spec.Template.Spec, "lvm-agent").Args, "key-namespace"))
+	assert.Equal(t, "storage", deployFind(t, ns, "Role", "lvm-agent-keys").GetNamespace())
+
+	agent, prov, objs := args("agent.watchMode=labelled", "agent.wipeRate=0", "agent.keyNamespace=keys",
+		"agent.orphanGC.interval=0", "agent.orphanGC.dryRun=true", "agent.orphanGC.max=0",
+		"provisioner.resize=false", "provisioner.publishCapacity=false", "provisioner.nodeLoss.enabled=false", "provisioner.nodeLoss.grace=10m")
+	for f, want := range map[string]string{"watch-mode": "labelled", "wipe-rate": "0", "key-namespace": "keys",
+		"orphan-gc-interval": "0", "orphan-gc-dry-run": "true", "orphan-gc-max": "0"} {
+		assert.Equal(t, want, flagValue(agent, f), "--%s", f)
+	}
+	for f, want := range map[string]string{"resize": "false", "publish-capacity": "false", "node-loss": "off", "node-loss-grace": "10m"} {
+		assert.Equal(t, want, flagValue(prov, f), "--%s", f)
+	}
+	// No CSIStorageCapacity objects: the scheduler must not look for them.
+	csi := deployTyped[storagev1.CSIDriver](t, deployFind(t, objs, "CSIDriver", "lvm.lvm-agent.io"))
+	assert.Equal(t, ptrTo(false), csi.Spec.StorageCapacity)
 }

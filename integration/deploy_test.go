@@ -51,20 +51,63 @@ func deployDir() string {
 // server with a server-side dry run and strict field validation.
 func TestDeployManifests(t *testing.T) {
 	for _, tc := range []struct {
-		dir   string
-		check func(t *testing.T, objs []*unstructured.Unstructured)
+		dir       string
+		check     func(t *testing.T, objs []*unstructured.Unstructured)
+		agentless bool // the cluster side alone: no DaemonSet
 	}{
-		{"base", checkSidecar},
-		{"overlays/host-lvmd", checkHostLVMD},
-		{"overlays/clones", checkClones},
+		{"base", checkSidecar, false},
+		{"overlays/host-lvmd", checkHostLVMD, false},
+		{"overlays/clones", checkClones, false},
+		{"overlays/controller", checkController, true},
 	} {
 		t.Run(tc.dir, func(t *testing.T) {
 			objs := renderKustomization(t, filepath.Join(deployDir(), tc.dir))
-			checkCommon(t, objs)
-			checkChartProvisioner(t, objs) // the chart's checks hold for deploy/ too
+			if !tc.agentless {
+				checkCommon(t, objs)
+				checkChartProvisioner(t, objs) // the chart's checks hold for deploy/ too
+			}
 			tc.check(t, objs)
 			dryRunApply(t, objs)
 		})
+	}
+}
+
+// checkController: deploy/overlays/controller, the cluster side for nodes
+// whose agent is a host service (deploy/systemd), is deploy/base without
+// the DaemonSet, its ConfigMaps and the admission policy lvm-agent-node
+// (which would refuse a Pod-less token's Node updates); everything else
+// is deploy/base's, unchanged: the provisioner, its CSIDriver, the
+// protocol's policy, the Namespace and the agent's RBAC.
+func checkController(t *testing.T, objs []*unstructured.Unstructured) {
+	id := func(o *unstructured.Unstructured) string { return o.GetKind() + " " + o.GetName() }
+	got, ids := map[string]*unstructured.Unstructured{}, []string{}
+	for _, o := range objs {
+		got[id(o)] = o
+		ids = append(ids, id(o))
+	}
+	slices.Sort(ids)
+	dropped := map[string]bool{"DaemonSet lvm-agent": true,
+		"ValidatingAdmissionPolicy lvm-agent-node": true, "ValidatingAdmissionPolicyBinding lvm-agent-node": true}
+	want := 0
+	for _, b := range renderKustomization(t, filepath.Join(deployDir(), "base")) {
+		if dropped[id(b)] || b.GetKind() == "ConfigMap" {
+			assert.NotContains(t, ids, id(b), "dropped")
+			continue
+		}
+		want++
+		if assert.Contains(t, ids, id(b), "deploy/base's") {
+			assert.Equal(t, b.Object, got[id(b)].Object, "%s as deploy/base has it", id(b))
+		}
+	}
+	assert.Len(t, ids, want, "nothing but deploy/base's objects")
+	for _, o := range objs {
+		assert.NotEqual(t, "DaemonSet", o.GetKind(), "no agent Pods: the agents run on the hosts")
+	}
+	checkProvisioner(t, objs)
+	for _, must := range []string{"Namespace lvm-agent", "ServiceAccount lvm-agent", "ClusterRole lvm-agent", "ClusterRoleBinding lvm-agent",
+		"Role lvm-agent", "RoleBinding lvm-agent", "Role lvm-agent-keys", "RoleBinding lvm-agent-keys",
+		"ValidatingAdmissionPolicy lvm-agent-protocol", "ValidatingAdmissionPolicyBinding lvm-agent-protocol", "CSIDriver lvm.lvm-agent.io"} {
+		assert.Contains(t, ids, must)
 	}
 }
 
@@ -321,6 +364,23 @@ func TestSystemdUnitFlags(t *testing.T) {
 	require.NoError(t, err, "METRICS_ADDRESS=%q", env["METRICS_ADDRESS"])
 	ip := net.ParseIP(host)
 	assert.True(t, host == "localhost" || ip != nil && ip.IsLoopback(), "METRICS_ADDRESS=%q listens beyond loopback", env["METRICS_ADDRESS"])
+
+	// The devices the agent opens, and no others: device-mapper's control
+	// node (where --device-mapper-control looks) and block devices (the
+	// LVs it zeroes, copies into and encrypts) read-write; every other
+	// block device read-only (the direct LVM metadata reads scan them all).
+	assert.Equal(t, "closed", strings.TrimSpace(keys["DevicePolicy"]))
+	var allow []string
+	for _, l := range strings.Split(string(unit), "\n") {
+		if v, ok := strings.CutPrefix(l, "DeviceAllow="); ok {
+			allow = append(allow, v)
+		}
+	}
+	assert.ElementsMatch(t, []string{"/dev/mapper/control rw", "block-device-mapper rw", "block-* r"}, allow)
+	if dm := flagValue(args, "device-mapper-control"); dm != "" {
+		assert.Equal(t, "/dev/mapper/control", dm, "the node DeviceAllow opens")
+	}
+	assert.Equal(t, "/dev/mapper/control", binaryDefaults(t)["device-mapper-control"], "the node DeviceAllow opens")
 }
 
 // checkAgentFlags runs the agent binary with args and --help: it exits 0

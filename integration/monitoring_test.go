@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"text/template"
@@ -21,10 +23,12 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 
@@ -62,22 +66,42 @@ func TestMonitoring(t *testing.T) {
 	}))
 	serverSideApply(t, cp, objs)
 
-	// The PodMonitor scrapes the agent's pods on the port the DaemonSet names.
-	pm := deployFind(t, objs, "PodMonitor", "lvm-agent")
-	ds := deployTyped[appsv1.DaemonSet](t, deployFind(t, renderKustomization(t, filepath.Join(deployDir(), "base")), "DaemonSet", "lvm-agent"))
-	sel, _, _ := unstructured.NestedStringMap(pm.Object, "spec", "selector", "matchLabels")
-	require.NotEmpty(t, sel)
-	for k, v := range sel {
-		assert.Equal(t, v, ds.Spec.Template.Labels[k], "PodMonitor selector %s", k)
+	// Each PodMonitor scrapes its pods on the port their template names:
+	// the agent's, and the provisioner's metrics port (--metrics-port).
+	base := renderKustomization(t, filepath.Join(deployDir(), "base"))
+	ds := deployTyped[appsv1.DaemonSet](t, deployFind(t, base, "DaemonSet", "lvm-agent"))
+	prov := deployTyped[appsv1.Deployment](t, deployFind(t, base, "Deployment", "lvm-agent-provisioner"))
+	provJob := ""
+	for name, target := range map[string]struct {
+		pod       corev1.PodTemplateSpec
+		container string
+	}{
+		"lvm-agent":             {ds.Spec.Template, "lvm-agent"},
+		"lvm-agent-provisioner": {prov.Spec.Template, "provisioner"},
+	} {
+		pm := deployFind(t, objs, "PodMonitor", name)
+		sel, _, _ := unstructured.NestedStringMap(pm.Object, "spec", "selector", "matchLabels")
+		require.NotEmpty(t, sel, name)
+		for k, v := range sel {
+			assert.Equal(t, v, target.pod.Labels[k], "PodMonitor %s selector %s", name, k)
+		}
+		endpoints, _, _ := unstructured.NestedSlice(pm.Object, "spec", "podMetricsEndpoints")
+		require.Len(t, endpoints, 1, name)
+		port := endpoints[0].(map[string]any)["port"]
+		c := podContainer(t, target.pod.Spec, target.container)
+		var ports []string
+		for _, p := range c.Ports {
+			ports = append(ports, p.Name)
+			if p.Name == port && name == "lvm-agent-provisioner" {
+				assert.Equal(t, strconv.Itoa(int(p.ContainerPort)), flagValue(c.Args, "metrics-port"), "the provisioner's metrics port")
+			}
+		}
+		assert.Contains(t, ports, port, "PodMonitor %s: the %s container's port names", name, target.container)
+		if jobLabel, ok, _ := unstructured.NestedString(pm.Object, "spec", "jobLabel"); ok && name == "lvm-agent-provisioner" {
+			provJob = target.pod.Labels[jobLabel]
+		}
 	}
-	endpoints, _, _ := unstructured.NestedSlice(pm.Object, "spec", "podMetricsEndpoints")
-	require.Len(t, endpoints, 1)
-	port := endpoints[0].(map[string]any)["port"]
-	var ports []string
-	for _, p := range podContainer(t, ds.Spec.Template.Spec, "lvm-agent").Ports {
-		ports = append(ports, p.Name)
-	}
-	assert.Contains(t, ports, port, "the agent container's port names")
+	require.NotEmpty(t, provJob, "the provisioner's PodMonitor names its job after a label its pods have")
 
 	// The rules as the API server stored them.
 	dyn, err := dynamic.NewForConfig(cp.Config)
@@ -99,9 +123,12 @@ func TestMonitoring(t *testing.T) {
 		}
 	}
 	// The alerts docs/operations.md describes.
-	for _, a := range []string{"LVMAgentLvmdUnreachable", "LVMAgentRequestsStuck", "LVMAgentThinPoolNearlyFull"} {
+	for _, a := range []string{"LVMAgentLvmdUnreachable", "LVMAgentRequestsStuck", "LVMAgentThinPoolNearlyFull",
+		"LVMAgentProvisionerDown", "LVMAgentProvisioningFailing", "LVMAgentVolumeDeletesFailing"} {
 		assert.Contains(t, exprs, a)
 	}
+	// The provisioner's job, as its PodMonitor names it.
+	assert.Contains(t, exprs["LVMAgentProvisionerDown"], `up{job="`+provJob+`"}`)
 
 	// A real agent with the fake lvmd, after a create, a delete and a
 	// refusal, so that every labelled series exists. Without
@@ -116,6 +143,12 @@ func TestMonitoring(t *testing.T) {
 	require.NoError(t, deleteVolume(t, "pv-mon", "vg1", "lv-mon"))
 	assert.Error(t, n.create(t, "default", "mon-big", spec("lv-mon-big", "100Gi")), "refused: too big")
 	labels := waitMetricNames(t, addr, `lvm_agent_operations_total`, `lvm_agent_workqueue_longest_running_processor_seconds`)
+	// The provisioner's, and up, which Prometheus records for each target
+	// with the target's labels (the operator's, and the PodMonitor's node).
+	for name, l := range provisionerMetricLabels(t) {
+		labels[name] = append(labels[name], l...)
+	}
+	labels["up"] = []string{"job", "instance", "namespace", "pod", "container", "endpoint", "node"}
 
 	// Served only where the agent can read device-mapper (the guest suite,
 	// integration/guest/cases_test.go, scrapes them from a real thin pool):
@@ -153,7 +186,11 @@ func TestMonitoring(t *testing.T) {
 	for alert, expr := range exprs {
 		for _, branch := range strings.Split(expr, " or ") {
 			var sets [][]string
-			if by := regexp.MustCompile(`^\s*\w+ by \(([^)]*)\)`).FindStringSubmatch(branch); by != nil {
+			if strings.HasPrefix(strings.TrimSpace(branch), "absent(") {
+				// Its one series has only the labels of the selector's
+				// equality matchers: its messages may print none.
+				sets = append(sets, nil)
+			} else if by := regexp.MustCompile(`^\s*\w+ by \(([^)]*)\)`).FindStringSubmatch(branch); by != nil {
 				sets = append(sets, strings.Split(strings.ReplaceAll(by[1], " ", ""), ","))
 			} else {
 				sels, err := promqlSelectors(branch)
@@ -175,6 +212,58 @@ func TestMonitoring(t *testing.T) {
 			}
 		}
 	}
+}
+
+// provisionerMetricLabels runs the real provisioner, under a name and a
+// class of its own (and none of its optional controllers) so that it
+// touches nothing of the other tests, makes one claim fail to provision and
+// one released volume fail to delete, so that the library's failure
+// counters have series, and returns each metric it serves with its label
+// names.
+func provisionerMetricLabels(t *testing.T) map[string][]string {
+	t.Helper()
+	ctx := context.Background()
+	const name = "monitoring.lvm-agent.io"
+	addr := harness.FreeAddr(t)
+	_, port, err := net.SplitHostPort(addr)
+	require.NoError(t, err)
+	harness.StartAgent(t, agentBin, "provisioner", "--kubeconfig", cp.Kubeconfig, "--namespace", "lvm-agent", "--name", name,
+		"--metrics-port", port, "--health-address", "", "--publish-capacity=false", "--label-requests=false",
+		"--node-loss=off", "--resize=false", "--v", "2")
+
+	// A class with a parameter the provisioner refuses.
+	class, wffc := "monitoring-refused", storagev1.VolumeBindingWaitForFirstConsumer
+	_, err = cp.Client.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: class},
+		Provisioner: name, VolumeBindingMode: &wffc, Parameters: map[string]string{"volumeGroup": "vg1", "noSuchParameter": "x"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cp.Client.StorageV1().StorageClasses().Delete(ctx, class, metav1.DeleteOptions{}) })
+	pvc := harness.NewPVC("default", "mon-refused", "mon-node") // selected-node: the scheduler's part
+	pvc.Spec.StorageClassName = &class
+	pvc.Annotations["volume.kubernetes.io/storage-provisioner"] = name // the PV controller's
+	_, err = cp.Client.CoreV1().PersistentVolumeClaims("default").Create(ctx, pvc, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = cp.Client.CoreV1().PersistentVolumeClaims("default").Delete(ctx, pvc.Name, metav1.DeleteOptions{})
+	})
+
+	// A released local PV of the provisioner without the spec annotation
+	// its delete reads the LV from.
+	pv := harness.NewPV("pv-mon-undeletable", "mon-node", "", nil, "")
+	pv.Spec.PersistentVolumeSource = corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: "/dev/vg1/mon-undeletable"}}
+	pv.Spec.StorageClassName = class
+	pv.Annotations = map[string]string{"pv.kubernetes.io/provisioned-by": name}
+	pv, err = cp.Client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		pvs := cp.Client.CoreV1().PersistentVolumes()
+		_, _ = pvs.Patch(ctx, pv.Name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+		_ = pvs.Delete(ctx, pv.Name, metav1.DeleteOptions{})
+	})
+	pv.Status.Phase = corev1.VolumeReleased
+	_, err = cp.Client.CoreV1().PersistentVolumes().UpdateStatus(ctx, pv, metav1.UpdateOptions{})
+	require.NoError(t, err)
+
+	return waitMetricNames(t, addr, "controller_persistentvolumeclaim_provision_failed_total", "controller_persistentvolume_delete_failed_total")
 }
 
 // assertLabelsPrinted executes each action of an alert's message that
@@ -451,7 +540,8 @@ func TestPromQLSelectors(t *testing.T) {
 		`a > 0 unless on(namespace, pod) sum by (namespace, pod) (rate(b{result=~"created|deleted", kind!="x"}[15m] offset 5m)) > 0`: {
 			{name: "a"}, {name: "b", labels: []string{"result", "kind"}}},
 		`max without(device) (x{state='a,b}'}) / ignoring(node) group_left(device) y > bool 1e-3 # c`: {{name: "x", labels: []string{"state"}}, {name: "y"}},
-		`sum(rate(z[5m:1m])) or vector(0)`: {{name: "z"}},
+		`sum(rate(z[5m:1m])) or vector(0)`:             {{name: "z"}},
+		`absent(up{job="lvm-agent-provisioner"} == 1)`: {{name: "up", labels: []string{"job"}}},
 	} {
 		got, err := promqlSelectors(expr)
 		require.NoError(t, err, expr)

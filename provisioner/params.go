@@ -3,6 +3,7 @@ package provisioner
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -140,6 +141,11 @@ func ParseParams(in map[string]string) (Params, error) {
 	sort.Strings(p.Tags)
 	return p, nil
 }
+
+// Parameters returns every StorageClass parameter ParseParams knows, in the
+// order its errors list them (a copy: docs/install.md's list is checked
+// against it).
+func Parameters() []string { return slices.Clone(knownParams) }
 
 // knownParams are every StorageClass parameter, in the order errors list them.
 var knownParams = []string{ParamVolumeGroup, ParamFSType, ParamTags, ParamStriping, ParamOnNodeLoss, ParamWipe, ParamEncryption, ParamEncryptionSecret}

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -13,6 +16,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/lvm-agent/lvm-agent/provisioner"
 )
 
 // The documentation's flag tables are checked against the binary's own
@@ -347,3 +354,165 @@ var (
 	makeInCode  = regexp.MustCompile("`make ([a-z][a-z0-9-]*)")
 	makeInFence = regexp.MustCompile(`(?m)^\s*make ([a-z][a-z0-9-]*)`)
 )
+
+const installDoc = "../../docs/install.md"
+
+// docSection is the text of a markdown section, from its heading ("##
+// The provisioner") to the next heading of the same level or higher.
+func docSection(text, heading string) string {
+	level := strings.Count(strings.Fields(heading)[0], "#")
+	_, rest, ok := strings.Cut(text, "\n"+heading+"\n")
+	if !ok {
+		return ""
+	}
+	for _, l := range regexp.MustCompile(`(?m)^#{1,6} `).FindAllStringIndex(rest, -1) {
+		if strings.Count(rest[l[0]:l[1]], "#") <= level {
+			return rest[:l[0]]
+		}
+	}
+	return rest
+}
+
+// docParameters reads the StorageClass parameters a sentence names:
+// "parameters: `a` (required), `b` (default `x`), `c` and `d` (below); any
+// other parameter is an error". The names are its code spans outside
+// parentheses (those inside are values).
+func docParameters(section string) ([]string, error) {
+	_, rest, ok := strings.Cut(section, "parameters: ")
+	if !ok {
+		return nil, fmt.Errorf(`no "parameters: " sentence`)
+	}
+	sentence, _, ok := strings.Cut(rest, "any other parameter is an error")
+	if !ok {
+		return nil, fmt.Errorf(`the parameter sentence does not end "any other parameter is an error"`)
+	}
+	var outside strings.Builder
+	depth := 0
+	for _, r := range sentence {
+		switch {
+		case r == '(':
+			depth++
+		case r == ')':
+			depth--
+		case depth == 0:
+			outside.WriteRune(r)
+		}
+	}
+	if depth != 0 {
+		return nil, fmt.Errorf("unbalanced parentheses in %q", sentence)
+	}
+	var names []string
+	for _, m := range regexp.MustCompile("`([A-Za-z]+)`").FindAllStringSubmatch(outside.String(), -1) {
+		names = append(names, m[1])
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+// docs/install.md's StorageClass parameter sentence ("The provisioner")
+// names every parameter the provisioner knows, and no other.
+func TestInstallDocParameters(t *testing.T) {
+	text, err := os.ReadFile(installDoc)
+	require.NoError(t, err)
+	section := docSection(string(text), "## The provisioner")
+	require.NotEmpty(t, section, "docs/install.md has a section \"The provisioner\"")
+	got, err := docParameters(section)
+	require.NoError(t, err)
+	want := provisioner.Parameters()
+	slices.Sort(want)
+	assert.Equal(t, want, got, "docs/install.md's parameters against provisioner.Parameters()")
+}
+
+// rbacWords: how docs/install.md names each resource of an RBAC rule.
+var rbacWords = map[string]string{
+	"persistentvolumeclaims": "PVCs", "persistentvolumeclaims/status": "PVCs' `status`", "persistentvolumes": "PVs",
+	"pods": "Pods", "nodes": "Nodes", "events": "events", "storageclasses": "StorageClasses",
+	"statefulsets": "StatefulSets", "leases": "Lease", "csistoragecapacities": "CSIStorageCapacities", "secrets": "Secrets",
+}
+
+// rbacProblems lists what a description of a manifest's RBAC leaves out:
+// each resource of each Role and ClusterRole rule, by its rbacWords name,
+// and each verb ("read-only" stands for get, list and watch).
+func rbacProblems(manifest []byte, text string) ([]string, error) {
+	var problems []string
+	d := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(manifest), 4096)
+	for {
+		var obj struct {
+			Kind  string
+			Rules []rbacv1.PolicyRule
+		}
+		if err := d.Decode(&obj); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			return nil, err
+		}
+		if obj.Kind != "Role" && obj.Kind != "ClusterRole" {
+			continue
+		}
+		for _, r := range obj.Rules {
+			for _, res := range r.Resources {
+				word, ok := rbacWords[res]
+				if !ok {
+					problems = append(problems, fmt.Sprintf("%s: no name for %s in rbacWords: add the one the doc uses", obj.Kind, res))
+				} else if !strings.Contains(text, word) {
+					problems = append(problems, fmt.Sprintf("%s: %s (%s) is not named", obj.Kind, word, res))
+				}
+			}
+			for _, v := range r.Verbs {
+				readOnly := !slices.ContainsFunc(r.Verbs, func(v string) bool { return v != "get" && v != "list" && v != "watch" }) &&
+					strings.Contains(text, "read-only")
+				if !readOnly && !regexp.MustCompile(`\b`+regexp.QuoteMeta(v)+`\b`).MatchString(text) {
+					problems = append(problems, fmt.Sprintf("%s: verb %s of %v is not named", obj.Kind, v, r.Resources))
+				}
+			}
+		}
+	}
+	return problems, nil
+}
+
+// docs/install.md's descriptions of the agent's and the provisioner's RBAC
+// name every resource and verb their manifests grant.
+func TestInstallDocRBAC(t *testing.T) {
+	text, err := os.ReadFile(installDoc)
+	require.NoError(t, err)
+	for manifest, passage := range map[string][2]string{
+		"../../deploy/base/rbac.yaml":             {"- The agent's API access", "\n- "},
+		"../../deploy/base/provisioner-rbac.yaml": {"Its RBAC is\n`provisioner-rbac.yaml`", "\nIts startup"},
+	} {
+		_, rest, ok := strings.Cut(string(text), passage[0])
+		require.True(t, ok, "docs/install.md has %q", passage[0])
+		desc, _, ok := strings.Cut(rest, passage[1])
+		require.True(t, ok, "docs/install.md: %q ends before %q", passage[0], passage[1])
+		data, err := os.ReadFile(manifest)
+		require.NoError(t, err)
+		problems, err := rbacProblems(data, desc)
+		require.NoError(t, err, manifest)
+		assert.Empty(t, problems, "docs/install.md's description of %s", manifest)
+	}
+}
+
+// Both checks fail when the doc drifts from the code.
+func TestInstallDocDriftIsCaught(t *testing.T) {
+	names, err := docParameters("parameters: `volumeGroup` (required), `fsType` (default `ext4`, or `xfs`), `wipe` and `encryption` (below); any other parameter is an error.")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"encryption", "fsType", "volumeGroup", "wipe"}, names, "values in parentheses are not parameters")
+	for _, bad := range []string{"parameters: `a` (b; any other parameter is an error", "`a`; any other parameter is an error", "parameters: `a`."} {
+		_, err := docParameters(bad)
+		assert.Error(t, err, bad)
+	}
+	rbac := []byte("kind: ClusterRole\nrules:\n  - resources: [nodes]\n    verbs: [get, patch]\n---\nkind: Role\nrules:\n  - resources: [secrets]\n    verbs: [get]\n")
+	for text, n := range map[string]int{
+		"Nodes get/patch, and Secrets get": 0,
+		"Nodes get/patch":                  1, // a Role's resource left out
+		"Nodes get, Secrets get":           1, // a verb left out
+		"Nodes and Secrets read-only":      2, // get and patch are not read-only
+		"nodes get/patch, Secrets get":     1, // not the doc's name
+	} {
+		problems, err := rbacProblems(rbac, text)
+		require.NoError(t, err)
+		assert.Len(t, problems, n, "%q: %v", text, problems)
+	}
+	problems, err := rbacProblems([]byte("kind: Role\nrules:\n  - resources: [configmaps]\n    verbs: [get]\n"), "ConfigMaps get")
+	require.NoError(t, err)
+	assert.Len(t, problems, 1, "a resource without a doc name is a problem, not a pass")
+}

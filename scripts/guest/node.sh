@@ -147,7 +147,7 @@ service() {
 
 # host_install: lvm-agent on a node whose lvmd is a host service (the
 # seed's bare-metal nodes): topolvm's lvmd with deploy/base's config, then
-# deploy/overlays/host-lvmd (install host-lvmd), or the provisioner from it
+# deploy/overlays/host-lvmd (install host-lvmd), or deploy/overlays/controller
 # and the agent as a host process with deploy/systemd's command line,
 # environment file and kubeconfig recipe (install systemd).
 host_install() {
@@ -159,15 +159,18 @@ host_install() {
   show cat /etc/topolvm/lvmd.yaml
   service lvmd "$bin/lvmd" --config /etc/topolvm/lvmd.yaml --metrics-bind-address=
   within 120 "lvmd socket" test -S /run/topolvm/lvmd.sock
-  # The overlay with this guest's image names (deploy/overlays/guest's);
-  # kustomize takes only a relative path: each part of $k as "../".
-  local up
+  # The overlay, host-lvmd (the agent's DaemonSet alone) or controller (no
+  # DaemonSet: the agent runs on the host), with this guest's image names
+  # (deploy/overlays/guest's); kustomize takes only a relative path: each
+  # part of $k as "../".
+  local up overlay=controller
+  [ "$install" = systemd ] || overlay=host-lvmd
   up=$(printf '%s' "$k" | tr -cd / | sed 's|/|../|g')
   cat >"$k/kustomization.yaml" <<YAML
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources:
-  - $up${bin#/}/deploy/overlays/host-lvmd
+  - $up${bin#/}/deploy/overlays/$overlay
 images:
   - name: ghcr.io/lvm-agent/lvm-agent
     newName: localhost/lvm-agent/lvm-agent
@@ -181,21 +184,9 @@ YAML
     return
   fi
   step "The agent as a host process, as deploy/systemd installs it (docs/install.md \"Bare metal (systemd)\")" \
-    "The provisioner from deploy/overlays/host-lvmd without the DaemonSet, and without the lvm-agent-node admission binding:" \
-    "an agent whose token is bound to no Pod may not update its Node otherwise (docs/install.md)."
-  cat >>"$k/kustomization.yaml" <<'YAML'
-patches:
-  - patch: |-
-      $patch: delete
-      apiVersion: apps/v1
-      kind: DaemonSet
-      metadata: {name: lvm-agent, namespace: lvm-agent}
-  - patch: |-
-      $patch: delete
-      apiVersion: admissionregistration.k8s.io/v1
-      kind: ValidatingAdmissionPolicyBinding
-      metadata: {name: lvm-agent-node}
-YAML
+    "The cluster side as a user applies it: kubectl apply -k deploy/overlays/controller (the provisioner, no DaemonSet," \
+    "no lvm-agent-node admission policy: an agent whose token is bound to no Pod may not update its Node otherwise)." \
+    "(Applied through a kustomization that names deploy/overlays/controller and this guest's image.)"
   show cat "$k/kustomization.yaml"
   show kubectl apply -k "$k"
   echo "    The agent's kubeconfig, by the recipe of docs/install.md: a ServiceAccount token kept in a Secret."
