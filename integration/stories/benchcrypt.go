@@ -40,6 +40,8 @@ func benchCrypt(ctx context.Context, s *Story) {
 	s.Cleanup(func(ctx context.Context) { s.Kube.StorageV1().StorageClasses().Delete(ctx, plainNoWipe, metav1.DeleteOptions{}) })
 	s.Show("kubectl apply -f "+plainNoWipe+".yaml   # storageclass-encrypted.yaml without its encryption", "storageclass.storage.k8s.io/"+plainNoWipe+" created")
 
+	// The agent at rest before any encrypted volume, for the row below.
+	before := agentRSS()
 	s.Step(fmt.Sprintf("%d rounds: a Block claim of %dMi and its Pod, plain then encrypted", rounds, size),
 		"Each Pod writes its whole device once, direct I/O, 1 MiB blocks: dd's rate is the throughput.")
 	bound := map[string][]float64{}
@@ -76,7 +78,7 @@ func benchCrypt(ctx context.Context, s *Story) {
 	fmt.Fprintf(s.out, "| PVC and Pod created → Bound, s | %.1f %v | %.1f %v | %.2f |\n", bp, round1(bound[plainNoWipe]), bc, round1(bound[cryptClass]), bc/bp)
 	rp, rc := median(rate[plainNoWipe]), median(rate[cryptClass])
 	fmt.Fprintf(s.out, "| sequential write in the Pod, MiB/s | %.1f %v | %.1f %v | %.2f |\n", rp, round1(rate[plainNoWipe]), rc, round1(rate[cryptClass]), rc/rp)
-	fmt.Fprintf(s.out, "| lvm-agent RSS at rest, MiB (%d encrypted volumes open) | | %.1f | |\n", rounds, rss)
+	fmt.Fprintf(s.out, "| lvm-agent RSS at rest, MiB (before the rounds; after them, %d encrypted volumes open) | %.1f | %.1f | %.2f |\n", rounds, before, rss, rss/before)
 	fmt.Fprintf(s.out, "CPU: %s\n", cpuModel())
 
 	s.Step("The claims deleted")
