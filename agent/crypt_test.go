@@ -261,15 +261,23 @@ func TestEncryptedGrow(t *testing.T) {
 	assert.EqualValues(t, (int64(lv.SizeBytes)-luks2.DataOffset)/512, tbl[0].Length, "the mapping grown with the LV")
 }
 
-// After a reboot (no mapping), the agent opens its encrypted volumes again
-// with the same volume key.
-func TestOpenEncryptedAfterReboot(t *testing.T) {
-	e, m, _ := startCrypt(t)
+// rebooted makes an encrypted claim's volume, then removes its mapping as
+// a reboot does, and returns the table it had.
+func rebooted(t *testing.T, e *env, m *fakeMapper) []devmapper.Target {
+	t.Helper()
 	e.keySecret(t, "class-key", testKey)
 	e.pvc(t, "default", "pvc", node, encryptedSpec(8*mib, "class-key"))
 	require.Equal(t, kube.StateCreated, e.waitPVC(t, "default", "pvc")[kube.AnnLifecycle])
 	before, _ := m.table(mapping)
 	require.NoError(t, m.Remove(context.Background(), mapping))
+	return before
+}
+
+// After a reboot (no mapping), the agent opens its encrypted volumes again
+// with the same volume key.
+func TestOpenEncryptedAfterReboot(t *testing.T) {
+	e, m, _ := startCrypt(t)
+	before := rebooted(t, e, m)
 
 	// The create's worker may still hold the LV's lock: a pass that finds
 	// it busy counts it as not opened, as the agent's retries do.
@@ -301,11 +309,7 @@ func TestEncryptedCloneOfPlainSourceRefused(t *testing.T) {
 // not.
 func TestEncryptedKeyRotation(t *testing.T) {
 	e, m, root := startCrypt(t)
-	e.keySecret(t, "class-key", testKey)
-	e.pvc(t, "default", "pvc", node, encryptedSpec(8*mib, "class-key"))
-	require.Equal(t, kube.StateCreated, e.waitPVC(t, "default", "pvc")[kube.AnnLifecycle])
-	before, _ := m.table(mapping)
-	require.NoError(t, m.Remove(context.Background(), mapping))
+	before := rebooted(t, e, m)
 
 	newKey := bytes.Repeat([]byte("n"), 48)
 	s, err := e.client.CoreV1().Secrets(kube.DefaultKeyNamespace).Get(context.Background(), "class-key", metav1.GetOptions{})
