@@ -170,7 +170,7 @@ func TestRBAC(t *testing.T) {
 		require.NoError(t, err)
 		got, err := kube.ReadKey(ctx, clientset.Wrap(saClient), kube.DefaultKeyNamespace, kube.KeyRef{Namespace: key.Namespace, Name: key.Name})
 		require.NoError(t, err)
-		assert.Equal(t, key.Data[kube.SecretKeyField], got)
+		assert.Equal(t, key.Data[kube.SecretKeyField], got.Current)
 	})
 
 	t.Run("orphan collected", func(t *testing.T) {

@@ -37,7 +37,9 @@ func benchCrypt(ctx context.Context, s *Story) {
 		AllowVolumeExpansion: &grow, ReclaimPolicy: &reclaim, Parameters: map[string]string{"volumeGroup": "vg1", "fsType": "ext4", "wipe": "none"},
 	}, metav1.CreateOptions{})
 	s.Must(err, "creating storageclass/%s", plainNoWipe)
-	s.Cleanup(func(ctx context.Context) { s.Kube.StorageV1().StorageClasses().Delete(ctx, plainNoWipe, metav1.DeleteOptions{}) })
+	s.Cleanup(func(ctx context.Context) {
+		s.Kube.StorageV1().StorageClasses().Delete(ctx, plainNoWipe, metav1.DeleteOptions{})
+	})
 	s.Show("kubectl apply -f "+plainNoWipe+".yaml   # storageclass-encrypted.yaml without its encryption", "storageclass.storage.k8s.io/"+plainNoWipe+" created")
 
 	// The agent at rest before any encrypted volume, for the row below.
