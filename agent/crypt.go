@@ -105,11 +105,24 @@ func (a *Agent) key(ctx context.Context, ref kube.KeyRef) (*kube.Key, error) {
 
 // sealed answers for an encrypted claim's LV, made or found: its header is
 // written (format: the LV is new, no answer ever named it, so it holds
-// nothing; a header already there is replaced) or opened with key, its
-// mapping loaded, and the answer names the mapping.
+// nothing; a header already there is replaced) or else opened with key,
+// its mapping loaded unless it is live (a claim answered before and asked
+// again), and the answer names the mapping.
 func (a *Agent) sealed(ctx context.Context, lv *lvmbackend.Volume, key *kube.Key, format bool) outcome {
 	if err := a.cfg.Devices.confirmActive(ctx, lv); err != nil {
 		return retry(err)
+	}
+	c := a.cfg.Crypt
+	name := CryptName(lv.DeviceClass, lv.Name)
+	if !format {
+		_, err := a.mapWith(ctx, lv, key, false)
+		switch {
+		case errors.Is(err, luks2.ErrWrongKey):
+			return fail(kube.ReasonKeyUnavailable, fmt.Errorf("%w: the class's key does not open LV %s/%s", kube.ErrKeyUnavailable, lv.DeviceClass, lv.Name))
+		case err != nil:
+			return retry(err)
+		}
+		return outcome{state: kube.StateCreated, device: "/dev/mapper/" + name}
 	}
 	path, err := a.devicePath(ctx, lv)
 	if err != nil {
@@ -118,19 +131,12 @@ func (a *Agent) sealed(ctx context.Context, lv *lvmbackend.Volume, key *kube.Key
 	if path == "" {
 		return retry(fmt.Errorf("lvmd reports no device path for LV %s/%s: its header cannot be written", lv.DeviceClass, lv.Name))
 	}
-	c := a.cfg.Crypt
-	name := CryptName(lv.DeviceClass, lv.Name)
-	if format {
-		// A mapping left by an attempt cut short holds the LV open.
-		if err := c.close(ctx, name, a.cfg.deviceRoot); err != nil {
-			return retry(err)
-		}
+	// A mapping left by an attempt cut short holds the LV open.
+	if err := c.close(ctx, name, a.cfg.deviceRoot); err != nil {
+		return retry(err)
 	}
-	vol, err := a.header(path, lv.SizeBytes, key, format)
-	switch {
-	case errors.Is(err, luks2.ErrWrongKey):
-		return fail(kube.ReasonKeyUnavailable, fmt.Errorf("%w: the class's key does not open LV %s/%s", kube.ErrKeyUnavailable, lv.DeviceClass, lv.Name))
-	case err != nil:
+	vol, err := a.header(path, lv.SizeBytes, key)
+	if err != nil {
 		return retry(fmt.Errorf("LUKS2 header of LV %s/%s: %w", lv.DeviceClass, lv.Name, err))
 	}
 	defer vol.Clear()
@@ -142,9 +148,9 @@ func (a *Agent) sealed(ctx context.Context, lv *lvmbackend.Volume, key *kube.Key
 	return outcome{state: kube.StateCreated, device: dev}
 }
 
-// header formats (format) or opens the LUKS2 header of the LV at path,
-// which nothing may hold (a mount, a mapping).
-func (a *Agent) header(path string, size int64, key *kube.Key, format bool) (*luks2.Volume, error) {
+// header formats a new LUKS2 header on the LV at path, which nothing may
+// hold (a mount, a mapping).
+func (a *Agent) header(path string, size int64, key *kube.Key) (*luks2.Volume, error) {
 	f, err := os.OpenFile(filepath.Join(a.cfg.deviceRoot, path), os.O_RDWR|unix.O_EXCL|unix.O_CLOEXEC, 0)
 	if errors.Is(err, unix.EBUSY) {
 		return nil, fmt.Errorf("%w: %s is held exclusively (mounted or mapped)", ErrVolumeOpen, path)
@@ -153,9 +159,6 @@ func (a *Agent) header(path string, size int64, key *kube.Key, format bool) (*lu
 		return nil, err
 	}
 	defer f.Close()
-	if !format {
-		return unlock(f, size, key)
-	}
 	vol, err := luks2.Format(f, size, key.Current, luks2.Options{})
 	if err != nil {
 		return nil, err
@@ -292,13 +295,10 @@ func (c *Crypt) close(ctx context.Context, name, root string) error {
 // mapped opens an encrypted LV's mapping with ref's key, read now, when
 // it is not live (after a reboot, or a mapping removed by hand), and with
 // reload loads its table again when it is (a grow: at the LV's new size).
-// It returns the size of the volume the mapping shows.
+// It returns the size of the volume the mapping shows. A live mapping
+// that is not to be reloaded needs no key.
 func (a *Agent) mapped(ctx context.Context, lv *lvmbackend.Volume, ref kube.KeyRef, reload bool) (int64, error) {
-	c := a.cfg.Crypt
-	name := CryptName(lv.DeviceClass, lv.Name)
-	info, err := c.dm.Info(ctx, name)
-	live := err == nil && info.LiveTable && !info.Suspended
-	if live && !reload {
+	if info, err := a.cfg.Crypt.dm.Info(ctx, CryptName(lv.DeviceClass, lv.Name)); err == nil && info.LiveTable && !info.Suspended && !reload {
 		return lv.SizeBytes - luks2.DataOffset, nil
 	}
 	key, err := a.key(ctx, ref)
@@ -306,6 +306,20 @@ func (a *Agent) mapped(ctx context.Context, lv *lvmbackend.Volume, ref kube.KeyR
 		return 0, err
 	}
 	defer key.Clear()
+	return a.mapWith(ctx, lv, key, reload)
+}
+
+// mapWith is mapped with the key in hand: the header opened (and re-keyed
+// during a rotation), then the mapping loaded, or loaded again (reload),
+// or, live, left as it is.
+func (a *Agent) mapWith(ctx context.Context, lv *lvmbackend.Volume, key *kube.Key, reload bool) (int64, error) {
+	c := a.cfg.Crypt
+	name := CryptName(lv.DeviceClass, lv.Name)
+	info, err := c.dm.Info(ctx, name)
+	live := err == nil && info.LiveTable && !info.Suspended
+	if live && !reload {
+		return lv.SizeBytes - luks2.DataOffset, c.node(filepath.Join(a.cfg.deviceRoot, "/dev/mapper", name), info)
+	}
 	path, err := a.devicePath(ctx, lv)
 	if err != nil {
 		return 0, err

@@ -339,3 +339,27 @@ func TestEraseWithoutHeader(t *testing.T) {
 	require.Equal(t, kube.StateDeleted, ann[kube.AnnLifecycle], ann[kube.AnnError])
 	assert.Nil(t, e.lv(t, "thick", "lv1"))
 }
+
+// A claim answered before and asked again (the provisioner's wait ended
+// first): its live mapping answers, the header is neither written again
+// nor opened exclusively (the mapping holds the LV).
+func TestEncryptedAskedAgain(t *testing.T) {
+	e, m, root := startCrypt(t)
+	e.keySecret(t, "class-key", testKey)
+	e.pvc(t, "default", "pvc", node, encryptedSpec(8*mib, "class-key"))
+	require.Equal(t, kube.StateCreated, e.waitPVC(t, "default", "pvc")[kube.AnnLifecycle])
+	before, _ := m.table(mapping)
+	head, err := os.ReadFile(filepath.Join(root, "dev", "vg0", "lv1"))
+	require.NoError(t, err)
+
+	e.request(t, "default", "pvc", encryptedSpec(8*mib, "class-key"))
+	ann := e.waitPVC(t, "default", "pvc")
+	require.Equal(t, kube.StateCreated, ann[kube.AnnLifecycle], ann[kube.AnnError])
+	assert.Equal(t, "/dev/mapper/"+mapping, ann[kube.AnnDevice])
+	after, _ := m.table(mapping)
+	assert.Equal(t, before, after)
+	again, err := os.ReadFile(filepath.Join(root, "dev", "vg0", "lv1"))
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(head[:luks2.DataOffset], again[:luks2.DataOffset]), "the header as it was")
+	assert.EqualValues(t, 1, testutil.ToFloat64(e.metrics.cryptOpens), "the live mapping kept")
+}
