@@ -143,17 +143,8 @@ func round1(v []float64) []string {
 // process with --lvmd-socket (the provisioner runs the same binary
 // without it), read from /proc.
 func agentRSS() float64 {
-	procs, _ := filepath.Glob("/proc/[0-9]*/comm")
-	for _, f := range procs {
-		comm, err := os.ReadFile(f)
-		dir := filepath.Dir(f)
-		if err != nil || strings.TrimSpace(string(comm)) != "lvm-agent" {
-			continue
-		}
-		if cmdline, err := os.ReadFile(dir + "/cmdline"); err != nil || !hasArg(cmdline, "--lvmd-socket") {
-			continue
-		}
-		status, err := os.ReadFile(dir + "/status")
+	for _, pid := range nodeProcs("lvm-agent", "--lvmd-socket") {
+		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 		if err != nil {
 			continue
 		}

@@ -113,9 +113,21 @@ func (s *Story) Kill9(name, arg string) {
 // guest has no pgrep, and these processes are kubelet's or a service
 // loop's, with no pidfile of ours.)
 func kill9(name, arg string) int {
-	procs, _ := filepath.Glob("/proc/[0-9]*/comm")
 	killed := 0
-	for _, f := range procs {
+	for _, pid := range nodeProcs(name, arg) {
+		if syscall.Kill(pid, syscall.SIGKILL) == nil {
+			killed++
+		}
+	}
+	return killed
+}
+
+// nodeProcs are the node's processes whose executable is name and whose
+// command line has an argument starting with arg (when not "").
+func nodeProcs(name, arg string) []int {
+	comms, _ := filepath.Glob("/proc/[0-9]*/comm")
+	var pids []int
+	for _, f := range comms {
 		comm, err := os.ReadFile(f)
 		if err != nil || strings.TrimSpace(string(comm)) != name {
 			continue
@@ -128,11 +140,9 @@ func kill9(name, arg string) int {
 			}
 		}
 		pid, _ := strconv.Atoi(filepath.Base(dir))
-		if syscall.Kill(pid, syscall.SIGKILL) == nil {
-			killed++
-		}
+		pids = append(pids, pid)
 	}
-	return killed
+	return pids
 }
 
 func hasArg(cmdline []byte, prefix string) bool {

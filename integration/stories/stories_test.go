@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -161,5 +163,33 @@ func TestDDSeconds(t *testing.T) {
 	}
 	if _, ok := ddSeconds("64+0 records out\n"); ok {
 		t.Error("no time line: not ok")
+	}
+}
+
+// nodeProcs finds a process by its executable and an argument; kill9
+// kills what it finds.
+func TestNodeProcsAndKill9(t *testing.T) {
+	cmd := exec.Command("sleep", "30017.5")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	// Start returns before the child has exec'd sleep: its comm is ours until then.
+	var got []int
+	for i := 0; i < 200 && len(got) == 0; i++ {
+		time.Sleep(10 * time.Millisecond)
+		got = nodeProcs("sleep", "30017.5")
+	}
+	if len(got) != 1 || got[0] != cmd.Process.Pid {
+		t.Fatalf("nodeProcs = %v, want [%d]", got, cmd.Process.Pid)
+	}
+	if got := nodeProcs("sleep", "--no-such-arg"); len(got) != 0 {
+		t.Fatalf("nodeProcs with another argument = %v, want none", got)
+	}
+	if n := kill9("sleep", "30017.5"); n != 1 {
+		t.Fatalf("kill9 killed %d, want 1", n)
+	}
+	if err := cmd.Wait(); err == nil {
+		t.Fatal("sleep ended without being killed")
 	}
 }
